@@ -1,0 +1,161 @@
+"""Render a primitive graph into Numba source: one prange over rows, fused loops over each row.
+
+The iteration domain is R rows of C elements (flat losses use fixed-size blocks as rows).
+Values live at a level: per kernel (scalar), per row, per column, or per element. A row
+reduction needs its own pass over the row, so element values are grouped into loops by
+how many row reductions they depend on; row-wide values sit between the loops, in registers.
+"""
+import hashlib
+
+import jinja2
+import numba
+from importlib import resources
+
+from . import __version__
+from .errors import ScheduleError
+from .ir import COL, ELEM, ROW, SCALAR, describe, fmt_const, is_leaf, toposort
+from .mathlib import FASTMATH
+from .primitives import PRIMS
+
+_ENV = jinja2.Environment(loader=jinja2.FunctionLoader(
+    lambda name: resources.files("autogen.templates").joinpath(name).read_text()),
+    undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+
+_BLOCK = 1 << 14  # elements per block for losses without rows
+
+
+class KernelSpec:
+    """What one kernel computes: outputs (node, level) over the graph's inputs and params."""
+
+    def __init__(self, outputs, dtype, label):
+        self.outputs = [(n, lvl) for n, lvl in outputs]
+        self.dtype, self.label = dtype, label
+        nodes = [n for n, _ in self.outputs]
+        self.order = toposort(nodes)
+        leaves = {n.attr: n for n in self.order if n.op == "input"}
+        self.inputs = [leaves[k] for k in sorted(leaves)]
+        params = {n.attr: n for n in self.order if n.op == "param"}
+        self.params = [params[k] for k in sorted(params)]
+        self.reduce_all = [n for n in self.order if _group(n) == "reduce_all"]
+        body = "|".join([__version__, numba.__version__, dtype] + [f"{n.digest}@{l}" for n, l in self.outputs])
+        self.key = hashlib.sha1(body.encode()).hexdigest()[:20]
+
+    def graph_text(self):
+        return describe([n for n, _ in self.outputs])
+
+
+def _group(node):
+    return PRIMS[node.op].group if node.op in PRIMS else "leaf"
+
+
+def _expr(node, names, dtype):
+    """Numba expression of one node, its arguments already bound to local names."""
+    if node.op == "input":
+        index = {ELEM: "[__i]", COL: "[__i - __start]", ROW: "[__r]", SCALAR: "[0]"}[node.level]
+        return f"in_{node.attr}{index}"
+    if node.op == "param":
+        return f"p_{node.attr}"
+    if node.op == "const":
+        lit = fmt_const(node.attr, node.kind)
+        return f"__F({lit})" if node.kind == "f" else lit
+    prim = PRIMS[node.op]
+    if prim.group == "gather":
+        x, idx = node.args
+        base = "__start + " if x.level == ELEM else ""
+        return prim.numba.format(f"in_{x.attr}", names[idx.digest], base=base)
+    return prim.numba.format(*[names[a.digest] for a in node.args])
+
+
+def render(spec, cache=True):
+    """Numba source of `spec`'s kernel."""
+    order = spec.order
+    idx = {n.digest: i for i, n in enumerate(order)}
+    names = {n.digest: f"v{idx[n.digest]}" for n in order}
+    phase = {}
+    for n in order:
+        group = _group(n)
+        if n.post:
+            phase[n.digest] = None
+        elif group == "reduce_row":
+            phase[n.digest] = phase[n.args[0].digest] + 1
+        else:
+            phase[n.digest] = max([phase[a.digest] for a in n.args], default=0)
+    for n in order:
+        if n.post and n.level != SCALAR:
+            raise ScheduleError(f"{spec.label}: a per-element value depends on a whole-tensor reduction")
+
+    def inline(n):  # leaves other than element loads are used in place
+        return n.op in ("param", "const") or (n.op == "input" and n.level == SCALAR)
+
+    for n in order:
+        if inline(n):
+            names[n.digest] = _expr(n, names, spec.dtype)
+
+    def line(n):
+        return f"{names[n.digest]} = {_expr(n, names, spec.dtype)}"
+
+    # sinks: (loop index, kind, node, extra)
+    loops = {}
+    def loop(k):
+        return loops.setdefault(k, {"init": [], "sinks": [], "after": []})
+    part_index = {n.digest: k for k, n in enumerate(spec.reduce_all)}
+    row_end, post_lines = [], []
+    for n in order:
+        group = _group(n)
+        if group not in ("reduce_row", "reduce_all"):
+            continue
+        arg = n.args[0]
+        prim = PRIMS[n.op]
+        if arg.level & COL:
+            acc = names[n.digest] if group == "reduce_row" else f"__a{idx[n.digest]}"
+            k = phase[arg.digest]
+            loop(k)["init"].append(f"{acc} = {prim.init}")
+            loop(k)["sinks"].append((arg, f"{acc} = " + prim.combine.format(names[arg.digest], acc=acc)))
+            if group == "reduce_all":
+                row_end.append(f"__part[{part_index[n.digest]}, __r] = {acc}")
+        elif group == "reduce_all":
+            row_end.append(f"__part[{part_index[n.digest]}, __r] = {names[arg.digest]}")
+    out_args = []
+    for j, (n, level) in enumerate(spec.outputs):
+        out_args.append(f"out_{j}")
+        if level & COL:
+            if phase[n.digest] is None:
+                raise ScheduleError(f"{spec.label}: output {j} needs a whole-tensor reduction first")
+            loop(phase[n.digest])["sinks"].append((n, f"out_{j}[__i] = {names[n.digest]}"))
+        elif level == ROW:
+            row_end.append(f"out_{j}[__r] = {names[n.digest]}")
+        else:
+            post_lines.append(f"out_{j}[0] = {names[n.digest]}")
+
+    # element-level closure of each loop's sinks, in graph order
+    for k, lp in loops.items():
+        need, stack = set(), [s for s, _ in lp["sinks"]]
+        while stack:
+            n = stack.pop()
+            if not n.level & COL or n.digest in need or inline(n):
+                continue
+            need.add(n.digest)
+            stack.extend(n.args)
+        lp["body"] = [line(n) for n in order if n.digest in need] + [s for _, s in lp["sinks"]]
+    nloops = max(loops, default=-1) + 1
+    for k in range(nloops):
+        loop(k).setdefault("body", [])
+    # row-level values: each after the pass that produced its reductions
+    row_begin = []
+    for n in order:
+        if n.level != ROW or n.post or inline(n) or _group(n) == "reduce_row":
+            continue
+        p = phase[n.digest]
+        (row_begin if p == 0 else loop(p - 1)["after"]).append(line(n))
+    pre = [line(n) for n in order if n.level == SCALAR and not n.post and not inline(n)]
+    folds = []  # whole-tensor reductions: combine the per-row partials in float64
+    for n in spec.reduce_all:
+        prim, k, v = PRIMS[n.op], part_index[n.digest], names[n.digest]
+        folds += [f"{v} = __np.float64({prim.init})", "for __q in range(__R):",
+                  f"    {v} = " + prim.combine.format(f"__part[{k}, __q]", acc=v), f"{v} = __F({v})"]
+    post = folds + [line(n) for n in order if n.post and _group(n) != "reduce_all" and not inline(n)] + post_lines
+    args = [f"in_{n.attr}" for n in spec.inputs] + [f"p_{n.attr}" for n in spec.params] + out_args
+    return _ENV.get_template("kernel.py.j2").render(
+        key=spec.key, graph_comment=[spec.label], dtype=spec.dtype, parallel=True,
+        fastmath=repr(sorted(FASTMATH)).replace("[", "{").replace("]", "}"), cache=cache, args=args, pre=pre,
+        row_begin=row_begin, loops=[loop(k) for k in range(nloops)], row_end=row_end, post=post)

@@ -1,0 +1,154 @@
+"""Each loss written once in primitives, faithful to torch's formulas and numerically stable.
+
+A builder takes the loss's structural options (those that change the graph: reduction kind,
+which optional tensors are present) and returns a LossGraph. Option values (delta, beta,
+ignore_index, label_smoothing, 1/n) are runtime params, so changing them never recompiles.
+"""
+import functools
+
+from .executor import LossGraph
+from .ir import COL, ELEM, ROW, SCALAR, apply as A, input as inp, param
+
+x_elem = functools.partial(inp, level=ELEM)
+
+
+def _reduce(name, mode, inputs, per_item, level, reduction, weight_sum=None):
+    """Apply torch's reduction: 'none' keeps per-item losses; 'sum'/'mean' reduce to a scalar.
+
+    Unweighted mean and sum share one graph: mean is the sum times the param `scale` (1/n).
+    A weighted mean divides by the summed weights instead, as torch does.
+    """
+    if reduction == "none":
+        return LossGraph(name, mode, tuple(inputs), per_item, level)
+    total = A("sum_all", per_item)
+    if reduction == "mean" and weight_sum is not None:
+        loss = total / A("sum_all", weight_sum)
+    else:
+        loss = total * param("scale")
+    return LossGraph(name, mode, tuple(inputs), loss, SCALAR)
+
+
+@functools.lru_cache(maxsize=None)
+def pointwise(name, reduction, weighted):
+    """mse, l1, smooth_l1, huber: elementwise in input - target, optional elementwise weight."""
+    x, t = x_elem("input"), x_elem("target")
+    d = x - t
+    if name == "mse_loss":
+        item = d * d
+    elif name == "l1_loss":
+        item = A("abs", d)
+    elif name == "smooth_l1_loss":  # beta == 0 is routed to l1_loss, as torch does
+        ad, beta = A("abs", d), param("beta")
+        item = A("where", A("lt", ad, beta), 0.5 * ad * ad / beta, ad - 0.5 * beta)
+    elif name == "huber_loss":
+        ad, delta = A("abs", d), param("delta")
+        item = A("where", A("lt", ad, delta), 0.5 * ad * ad, delta * (ad - 0.5 * delta))
+    else:
+        raise KeyError(name)
+    inputs = [x, t]
+    wsum = None
+    if weighted:
+        w = x_elem("weight")
+        inputs.append(w)
+        item = item * w
+        # torch: weighted mse/l1 means divide by sum(weight); weighted huber means divide by n
+        wsum = w if name in ("mse_loss", "l1_loss") else None
+    return _reduce(name, "flat", inputs, item, ELEM, reduction, wsum)
+
+
+@functools.lru_cache(maxsize=None)
+def binary_cross_entropy(reduction, weighted):
+    x, t = x_elem("input"), x_elem("target")
+    logx = A("maximum", A("log", x), -100.0)         # torch clamps both logs at -100
+    log1mx = A("maximum", A("log1p", -x), -100.0)
+    item = (t - 1.0) * log1mx - t * logx
+    # torch's gradients: (x - t) / max(x(1 - x), 1e-12) for the input, log(1 - x) - log(x) for the target
+    item = A("gradfix", A("detach", item), x, (x - t) / A("maximum", (1.0 - x) * x, 1e-12))
+    item = A("gradfix", item, t, A("log1p", -x) - A("log", x))
+    inputs = [x, t]
+    if weighted:
+        w = x_elem("weight")
+        inputs.append(w)
+        item = item * w
+    return _reduce("binary_cross_entropy", "flat", inputs, item, ELEM, reduction)
+
+
+@functools.lru_cache(maxsize=None)
+def binary_cross_entropy_with_logits(reduction, weighted, pos_weighted):
+    x, t = x_elem("input"), x_elem("target")
+    # log_sigmoid(x) = min(x, 0) - log1p(exp(-|x|)): no overflow for any x
+    log_sig = A("minimum", x, 0.0) - A("log1p", A("exp", -A("abs", x)))
+    inputs = [x, t]
+    if pos_weighted:
+        pw = x_elem("pos_weight")
+        inputs.append(pw)
+        log_sig = log_sig * ((pw - 1.0) * t + 1.0)
+    item = (1.0 - t) * x - log_sig
+    if weighted:
+        w = x_elem("weight")
+        inputs.append(w)
+        item = item * w
+    return _reduce("binary_cross_entropy_with_logits", "flat", inputs, item, ELEM, reduction)
+
+
+def _class_terms(weighted):
+    """Per-row target pieces shared by nll and cross-entropy: (inputs, valid, safe target, weight)."""
+    t = inp("target", ROW, "i")
+    valid = A("ne", t, param("ignore_index", "i"))
+    safe = A("where", valid, t, 0)  # never index with ignore_index
+    inputs = [t]
+    if weighted:
+        w = inp("weight", COL)
+        inputs.append(w)
+        wt = A("where", valid, A("gather", w, safe), 0.0)
+    else:
+        w, wt = None, A("where", valid, 1.0, 0.0)
+    return inputs, valid, safe, w, wt
+
+
+@functools.lru_cache(maxsize=None)
+def nll_loss(reduction, weighted):
+    x = x_elem("input")
+    inputs, valid, safe, w, wt = _class_terms(weighted)
+    picked = A("gather", x, safe)
+    item = A("where", valid, -(picked * wt), 0.0)
+    return _reduce("nll_loss", "row", [x] + inputs, item, ROW, reduction, wt)
+
+
+def _log_softmax_parts(x):
+    """lse per row; the max is a constant shift (detached), so the gradient is softmax exactly."""
+    m = A("detach", A("max_row", x))
+    return m + A("log", A("sum_row", A("exp", x - m)))
+
+
+@functools.lru_cache(maxsize=None)
+def cross_entropy(reduction, weighted, smoothing):
+    x = x_elem("input")
+    inputs, valid, safe, w, wt = _class_terms(weighted)
+    lse = _log_softmax_parts(x)
+    item = A("where", valid, -(wt * (A("gather", x, safe) - lse)), 0.0)
+    if smoothing:
+        logp = x - lse
+        smooth = -A("sum_row", logp * w if weighted else logp)
+        # torch: (1 - eps) * nll + eps / C * smooth, both over the same denominator for 'mean'
+        item = (1.0 - param("eps")) * item + param("eps_over_c") * A("where", valid, smooth, 0.0)
+    return _reduce("cross_entropy", "row", [x] + inputs, item, ROW, reduction, wt)
+
+
+@functools.lru_cache(maxsize=None)
+def cross_entropy_probs(reduction, weighted, smoothing):
+    """Class-probability targets: -sum_c w_c t_c log_softmax(x)_c per row; 'mean' divides by rows."""
+    x, t = x_elem("input"), x_elem("target")
+    logp = x - _log_softmax_parts(x)
+    if smoothing:
+        t_eff = t * (1.0 - param("eps")) + param("eps_over_c")
+    else:
+        t_eff = t
+    inputs = [x, t]
+    prod = logp * t_eff
+    if weighted:
+        w = inp("weight", COL)
+        inputs.append(w)
+        prod = prod * w
+    item = -A("sum_row", prod)
+    return _reduce("cross_entropy", "row", inputs, item, ROW, reduction)

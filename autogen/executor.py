@@ -1,0 +1,337 @@
+"""Run a loss graph on one of the three paths, under torch autograd.
+
+fused autogen: the whole graph in one generated kernel (the gradient of a scalar loss is
+written in the same pass; backward only scales it). primitive: op by op, each primitive
+through a handwritten, generated or torch kernel as the policy picks. fallback: torch ops.
+"""
+import math
+import threading
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from . import policies as _policy
+from .codegen import _BLOCK, KernelSpec
+from .compiler import get_kernel
+from .errors import AutogenError, ScheduleError
+from .grad import vjp
+from .ir import COL, ELEM, ROW, SCALAR, const, input as leaf_input, param, substitute, toposort
+from .primitives import PRIMS
+
+_NP = {torch.float32: np.float32, torch.float64: np.float64}
+_STR = {torch.float32: "float32", torch.float64: "float64"}
+_TORCH_KIND = {"i": torch.int64, "b": torch.bool}
+
+
+@dataclass(frozen=True)
+class LossGraph:
+    """A decomposition: the loss node over its input leaves (in the order tensors are passed)."""
+    name: str
+    mode: str          # 'row': R rows of C (reductions along C); 'flat': n independent elements
+    inputs: tuple
+    loss: object
+    level: int         # level of the loss: SCALAR for mean/sum, ROW or ELEM for reduction='none'
+
+
+@dataclass
+class Problem:
+    """One call: a graph with its sizes, option values and compute dtype."""
+    graph: LossGraph
+    n: int
+    C: int
+    R: int
+    dtype: torch.dtype
+    params: dict = field(default_factory=dict)
+
+    def launch_dims(self):
+        if self.graph.mode == "row":
+            return self.R * self.C, self.C, self.R
+        return self.n, _BLOCK, -(-self.n // _BLOCK)
+
+    def layout(self, level):
+        """Shape of a value at `level` in the interpreters' broadcastable layout."""
+        r, c = (self.R, self.C) if self.graph.mode == "row" else (1, self.n)
+        return {ELEM: (r, c), ROW: (r, 1), COL: (1, c), SCALAR: ()}[level]
+
+    def flat_size(self, level):
+        n, c, r = (self.R * self.C, self.C, self.R) if self.graph.mode == "row" else (self.n, self.n, 1)
+        return {ELEM: n, ROW: r, COL: c, SCALAR: 1}[level]
+
+
+_warned = set()
+
+
+def _warn_once(op, exc):
+    key = (op, type(exc).__name__)
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(f"autogen: kernel for {op} failed ({type(exc).__name__}: {exc}); "
+                      "using the torch fallback", RuntimeWarning, stacklevel=3)
+
+
+def _scalar_arg(value, kind, dtype):
+    if isinstance(value, torch.Tensor):
+        value = value.item()
+    return np.int64(value) if kind == "i" else (np.bool_(value) if kind == "b" else _NP[dtype](value))
+
+
+def run_spec(spec, prob, values):
+    """Launch `spec`'s kernel; `values` maps input/param names to tensors or numbers."""
+    fn = get_kernel(spec)
+    n, c, r = prob.launch_dims()
+    args = [values[x.attr].detach().numpy() for x in spec.inputs]
+    args += [_scalar_arg(values[p.attr], p.kind, prob.dtype) for p in spec.params]
+    outs = []
+    for node, level in spec.outputs:
+        outs.append(torch.empty(prob.flat_size(level), dtype=_TORCH_KIND.get(node.kind, prob.dtype)))
+    part = np.empty((len(spec.reduce_all), r), dtype=np.float64)
+    fn(n, c, r, *args, *[o.numpy() for o in outs], part)
+    return [o.reshape(()) if level == SCALAR else o for o, (_, level) in zip(outs, spec.outputs)]
+
+
+# -- the fused plan --------------------------------------------------------------------------
+@dataclass
+class FusedPlan:
+    forward: KernelSpec
+    wrt: tuple                   # indices of inputs whose gradient the plan computes
+    in_forward: bool             # gradients written by the forward kernel
+    scaled: bool                 # forward also returns a scalar the gradients must be scaled by
+    backward: KernelSpec = None  # separate backward kernel (reduction 'none', or no in-forward form)
+
+
+_plans = {}
+_plans_lock = threading.Lock()
+
+
+def _grad_outputs(grads, inputs, wrt, label):
+    outs = []
+    for g, i in zip(grads, wrt):
+        lvl = inputs[i].level
+        node = const(0.0) if g is None else g
+        if node.level | lvl != lvl:
+            raise ScheduleError(f"{label}: gradient of {inputs[i].attr} varies beyond its shape")
+        outs.append((node, lvl))
+    return outs
+
+
+def fused_plan(graph, needs, dtype):
+    key = (graph.name, graph.loss.digest, graph.level, needs, dtype)
+    plan = _plans.get(key)
+    if plan is not None:
+        return plan
+    wrt = tuple(i for i, need in enumerate(needs) if need)
+    leaves = [graph.inputs[i] for i in wrt]
+    label, sdt = graph.name, _STR[dtype]
+    loss = graph.loss
+    plan = None
+    if wrt and graph.level == SCALAR:
+        sums = [n for n in toposort([loss]) if n.op in PRIMS and PRIMS[n.op].group == "reduce_all"]
+        cots = vjp([loss], [const(1.0)], sums)
+        holders = [param(f"__cot{k}") for k in range(len(sums))]
+        grads = vjp(sums, holders, leaves)
+        present = [g for g in grads if g is not None]
+        used = {h.digest for g in present for n in toposort([g]) for h in holders if n is h}
+        used_k = [k for k, h in enumerate(holders) if h.digest in used]
+        mapping, scale = None, None
+        if all(cots[k] is not None and not cots[k].post for k in used_k):
+            mapping = {holders[k].digest: cots[k] for k in used_k}
+        elif len(used_k) == 1:
+            mapping, scale = {holders[used_k[0]].digest: const(1.0)}, cots[used_k[0]]
+        if mapping is not None:
+            new = iter(substitute(present, mapping)) if present else iter(())
+            grads = [None if g is None else next(new) for g in grads]
+            outs = [(loss, SCALAR)] + _grad_outputs(grads, graph.inputs, wrt, label)
+            if scale is not None:
+                outs.append((scale, SCALAR))
+            plan = FusedPlan(KernelSpec(outs, sdt, f"{label} forward+grad"), wrt, True, scale is not None)
+    if plan is None:
+        fwd = KernelSpec([(loss, graph.level)], sdt, f"{label} forward")
+        bwd = None
+        if wrt:
+            gout = leaf_input("__gout", graph.level)
+            grads = vjp([loss], [gout], leaves)
+            bwd = KernelSpec(_grad_outputs(grads, graph.inputs, wrt, label), sdt, f"{label} backward")
+        plan = FusedPlan(fwd, wrt, False, False, bwd)
+    with _plans_lock:
+        _plans[key] = plan
+    return plan
+
+
+class FusedEngine:
+    path, fused = "autogen", True
+
+    def __init__(self, prob, reason):
+        self.prob, self.reason = prob, reason
+
+    def forward(self, tensors, needs):
+        prob = self.prob
+        plan = fused_plan(prob.graph, needs, prob.dtype)
+        values = dict(prob.params)
+        values.update({x.attr: t for x, t in zip(prob.graph.inputs, tensors)})
+        outs = run_spec(plan.forward, prob, values)
+        _policy.note(prob.graph.name, self.path, True, "forward", self.reason)
+        if plan.in_forward:
+            grads = outs[1:1 + len(plan.wrt)]
+            scale = outs[-1] if plan.scaled else None
+            return outs[0], (plan, grads, scale)
+        return outs[0], (plan, values, None)
+
+    def backward(self, saved, gout):
+        plan, data, scale = saved
+        prob = self.prob
+        _policy.note(prob.graph.name, self.path, True, "backward", self.reason)
+        if plan.in_forward:
+            factor = gout if scale is None else gout * scale
+            if factor.item() != 1.0:  # skip the extra pass in the common case loss.backward()
+                data = [g * factor for g in data]
+            return _place(plan.wrt, data, len(prob.graph.inputs))
+        values = dict(data)
+        values["__gout"] = gout.reshape(-1).contiguous() if gout.dim() else gout.reshape(1)
+        return _place(plan.wrt, run_spec(plan.backward, prob, values), len(prob.graph.inputs))
+
+
+def _place(wrt, grads, count):
+    out = [None] * count
+    for i, g in zip(wrt, grads):
+        out[i] = g
+    return out
+
+
+# -- op by op -------------------------------------------------------------------------------
+_single = {}
+
+
+def _single_spec(node, dtype):
+    """The generated kernel for one primitive applied to arguments of the node's levels and kinds."""
+    sig = (node.op, tuple((a.level, a.kind) for a in node.args), dtype)
+    spec = _single.get(sig)
+    if spec is None:
+        from .ir import apply
+        args = [param(f"a{j}", a.kind) if a.level == SCALAR else leaf_input(f"a{j}", a.level, a.kind)
+                for j, a in enumerate(node.args)]
+        out = apply(node.op, *args)
+        spec = _single[sig] = KernelSpec([(out, out.level)], _STR[dtype], f"primitive {node.op}")
+    return spec
+
+
+def interpret(prob, order, values, phase, force_fallback=False):
+    """Evaluate `order` op by op into `values` (digest -> tensor in layout form)."""
+    from . import kernels as hand
+    dtype = prob.dtype
+    for node in order:
+        if node.digest in values:
+            continue
+        if node.op == "const":
+            val = torch.tensor(node.attr, dtype=_TORCH_KIND.get(node.kind, dtype))
+        elif node.op == "param":
+            v = prob.params[node.attr]
+            val = v if isinstance(v, torch.Tensor) else torch.tensor(v, dtype=_TORCH_KIND.get(node.kind, dtype))
+        elif node.op == "iota":
+            val = torch.arange(prob.flat_size(COL)).view(prob.layout(COL))
+        elif PRIMS[node.op].group == "identity":
+            val = values[node.args[0].digest]
+        else:
+            args = [values[a.digest] for a in node.args]
+            prim = PRIMS[node.op]
+            if node.level == SCALAR:  # scalar epilogue arithmetic: no kernel to speak of
+                val = prim.torch(*args)
+            else:
+                levels = tuple(a.level for a in node.args)
+                hw = hand.PRIMITIVES.get((node.op, levels)) if not force_fallback else None
+                path, reason = ("fallback", "torch fallback") if force_fallback else _policy.choose(hw is not None)
+                val = None
+                if path == "handwritten":
+                    val = hw(*args)
+                elif path == "autogen":
+                    try:
+                        spec = _single_spec(node, dtype)
+                        named = {f"a{j}": (a.reshape(-1).contiguous() if node.args[j].level != SCALAR else a)
+                                 for j, a in enumerate(args)}
+                        val = run_spec(spec, prob, named)[0].view(prob.layout(node.level))
+                    except Exception as exc:  # noqa: BLE001 - any compile/run failure falls back
+                        _warn_once(node.op, exc)
+                        path, reason = "fallback", f"autogen failed: {exc}"
+                if val is None:
+                    val = prim.torch(*args)
+                _policy.note(node.op, path, False, phase, reason)
+        values[node.digest] = val
+    return values
+
+
+class PrimEngine:
+    """The loss op by op; `force_fallback` makes every op a torch op."""
+    fused = False
+
+    def __init__(self, prob, force_fallback=False):
+        self.prob, self.force = prob, force_fallback
+
+    def _leaves(self, tensors):
+        prob = self.prob
+        return {x.digest: t.detach().view(prob.layout(x.level)) for x, t in zip(prob.graph.inputs, tensors)}
+
+    def forward(self, tensors, needs):
+        prob = self.prob
+        values = interpret(prob, toposort([prob.graph.loss]), self._leaves(tensors), "forward", self.force)
+        out = values[prob.graph.loss.digest]
+        out = out.expand(prob.layout(prob.graph.level)).reshape(-1 if prob.graph.level else ())
+        return out.contiguous(), (values, needs)
+
+    def backward(self, saved, gout):
+        values, needs = saved
+        prob, graph = self.prob, self.prob.graph
+        wrt = [i for i, need in enumerate(needs) if need]
+        gleaf = leaf_input("__gout", graph.level)
+        grads = vjp([graph.loss], [gleaf], [graph.inputs[i] for i in wrt])
+        values = dict(values)
+        values[gleaf.digest] = gout.reshape(prob.layout(graph.level))
+        present = [g for g in grads if g is not None]
+        interpret(prob, toposort(present), values, "backward", self.force)
+        out = []
+        for i, g in zip(wrt, grads):
+            x = graph.inputs[i]
+            val = values[g.digest] if g is not None else torch.zeros((), dtype=prob.dtype)
+            out.append(val.expand(prob.layout(x.level)).reshape(-1).contiguous())
+        return _place(wrt, out, len(graph.inputs))
+
+
+class _LossFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, engine, *tensors):
+        ctx.engine = engine
+        out, ctx.saved = engine.forward(tensors, tuple(ctx.needs_input_grad[1:]))
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, gout):
+        grads = ctx.engine.backward(ctx.saved, gout)
+        ctx.saved = None
+        return (None, *grads)
+
+
+def execute(prob, tensors, use_autogen, handwritten=None):
+    """Pick the path for this loss call under the policy, run it, record it."""
+    from .explain import capture
+    capture(prob)
+    if use_autogen:
+        path, reason = _policy.choose(handwritten is not None)
+        if path == "handwritten":
+            engine = handwritten(prob, reason)
+        elif path == "autogen":
+            engine = FusedEngine(prob, reason)
+        else:
+            engine = PrimEngine(prob)
+    else:
+        engine = PrimEngine(prob)
+    try:
+        return _LossFunction.apply(engine, *tensors)
+    except AutogenError as exc:
+        _warn_once(prob.graph.name, exc)
+    except Exception as exc:  # noqa: BLE001 - numba typing/lowering errors surface at the first call
+        if type(exc).__module__.startswith("numba"):
+            _warn_once(prob.graph.name, exc)
+        else:
+            raise
+    return _LossFunction.apply(PrimEngine(prob, force_fallback=True), *tensors)

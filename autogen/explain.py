@@ -1,0 +1,74 @@
+"""explain(): the primitive graph of a loss call, the path each op took and why, the kernel source."""
+import threading
+from dataclasses import dataclass, field
+
+import torch
+
+from . import functional as F
+from . import nn as agnn
+from .codegen import render
+from .policies import get_policy, record
+
+_capture = threading.local()
+
+
+def capture(prob):
+    """Called by the executor for every loss call; explain() reads the last one."""
+    if getattr(_capture, "active", False):
+        _capture.problems.append(prob)
+
+
+@dataclass
+class Explanation:
+    loss: str
+    policy: str
+    graph: str
+    calls: list
+    sources: dict = field(default_factory=dict)
+
+    def __str__(self):
+        lines = [f"loss {self.loss} under policy {self.policy}", "", "primitive graph:", self.graph, "", "paths:"]
+        lines += [f"  {c.phase:8s} {c.op:34s} {c.path:11s} fused={c.fused}  ({c.reason})" for c in self.calls]
+        for label, src in self.sources.items():
+            lines += ["", f"generated source ({label}):", src]
+        return "\n".join(lines)
+
+
+def _resolve(name_or_module):
+    if isinstance(name_or_module, torch.nn.Module):
+        return name_or_module, type(name_or_module).__name__
+    name = str(name_or_module)
+    if hasattr(agnn, name) and name in agnn.__all__:
+        return getattr(agnn, name)(use_autogen=True), name
+    if name in F.__all__:
+        fn = getattr(F, name)
+        return (lambda *a: fn(*a, use_autogen=True)), name
+    known = ", ".join(F.__all__ + agnn.__all__)
+    raise ValueError(f"unknown loss {name!r}; known: {known}")
+
+
+def explain(name_or_module, *example_inputs):
+    """Run the loss once (forward and backward) on the examples and explain what ran."""
+    from .executor import fused_plan
+    fn, label = _resolve(name_or_module)
+    inputs = [t.detach().clone().requires_grad_(t.is_floating_point()) if isinstance(t, torch.Tensor) else t
+              for t in example_inputs]
+    _capture.active, _capture.problems = True, []
+    try:
+        with record() as rec:
+            out = fn(*inputs)
+            if out.requires_grad:
+                out.sum().backward()
+    finally:
+        _capture.active = False
+    probs = _capture.problems
+    if not probs:
+        return Explanation(label, get_policy(), "", rec.calls)
+    prob = probs[-1]
+    needs = tuple(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs[:len(prob.graph.inputs)])
+    needs = needs + (False,) * (len(prob.graph.inputs) - len(needs))
+    plan = fused_plan(prob.graph, needs, prob.dtype)
+    sources = {plan.forward.label: render(plan.forward)}
+    if plan.backward is not None:
+        sources[plan.backward.label] = render(plan.backward)
+    return Explanation(label, get_policy(), plan.forward.graph_text(), rec.calls, sources)

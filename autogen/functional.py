@@ -1,0 +1,283 @@
+"""torch.nn.functional's losses with a `use_autogen` keyword: validate like torch, then dispatch."""
+import warnings
+
+import torch
+from torch.nn import _reduction as _Reduction
+
+from . import decompositions as D
+from .executor import Problem, execute
+
+__all__ = ["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
+           "binary_cross_entropy_with_logits", "cross_entropy", "nll_loss"]
+
+_LOW = (torch.float16, torch.bfloat16)
+
+
+def _reduction(size_average, reduce, reduction):
+    if size_average is not None or reduce is not None:
+        reduction = _Reduction.legacy_get_string(size_average, reduce)
+    _Reduction.get_enum(reduction)  # torch's ValueError for an unknown reduction
+    return reduction
+
+
+def _floating(op, *tensors):
+    for t in tensors:
+        if t is not None and not (t.is_floating_point() or t.is_complex()):
+            raise NotImplementedError(f'"{op}" not implemented for \'{str(t.dtype).replace("torch.", "").title()}\'')
+        if t is not None and t.is_complex():
+            raise RuntimeError(f"{op}: complex inputs are not supported")
+
+
+def _compute_dtype(dtype):
+    return torch.float32 if dtype in _LOW else dtype
+
+
+def _scale(count):
+    return 1.0 / count if count else float("nan")
+
+
+def _handwritten(name, prob):
+    from .kernels import FUSED
+    factory = FUSED.get(name)
+    return factory if factory is not None and factory.supports(prob) else None
+
+
+def _finish(out, reduction, shape, dtype):
+    out = out if reduction != "none" else out.view(shape)
+    return out.to(dtype)
+
+
+def _no_grad_weights(op, **tensors):
+    for name, t in tensors.items():
+        if t is not None and t.requires_grad and torch.is_grad_enabled():
+            raise RuntimeError(f"The function '{op}' is not differentiable with respect to argument "
+                               f"'{name}'. This input cannot have requires_grad True.")
+
+
+def _size_warning(input, target):
+    if target.size() != input.size():
+        warnings.warn(
+            f"Using a target size ({target.size()}) that is different to the input size ({input.size()}). "
+            "This will likely lead to incorrect results due to broadcasting. "
+            "Please ensure they have the same size.", stacklevel=3)
+
+
+def _pointwise(name, input, target, reduction, weight, use_autogen, **params):
+    """Shared path of mse, l1, smooth_l1 and huber: broadcast, promote, flatten, run."""
+    _floating(name, input, target, weight)
+    xb, tb = torch.broadcast_tensors(input, target)
+    if weight is not None and weight.size() != input.size():
+        raise ValueError("Weights and input must have the same size.")
+    dtype = torch.result_type(input, target) if weight is None else torch.promote_types(
+        torch.result_type(input, target), weight.dtype)
+    cdt = _compute_dtype(dtype)
+    tensors = [xb.to(cdt).reshape(-1), tb.to(cdt).reshape(-1)]
+    if weight is not None:
+        tensors.append(weight.expand(xb.shape).to(cdt).reshape(-1))
+    n = xb.numel()
+    graph = D.pointwise(name, "none" if reduction == "none" else ("mean" if reduction == "mean" else "sum"),
+                        weight is not None)
+    prob = Problem(graph, n, 0, 0, cdt, dict(params, scale=_scale(n) if reduction == "mean" else 1.0))
+    out = execute(prob, tensors, use_autogen, _handwritten(name, prob))
+    return _finish(out, reduction, xb.shape, dtype)
+
+
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None, *, use_autogen=False):
+    _size_warning(input, target)
+    reduction = _reduction(size_average, reduce, reduction)
+    return _pointwise("mse_loss", input, target, reduction, weight, use_autogen)
+
+
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None, *, use_autogen=False):
+    _size_warning(input, target)
+    reduction = _reduction(size_average, reduce, reduction)
+    return _pointwise("l1_loss", input, target, reduction, weight, use_autogen)
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0, *,
+                   use_autogen=False):
+    _size_warning(input, target)
+    reduction = _reduction(size_average, reduce, reduction)
+    if beta < 0:
+        raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+    if beta == 0.0:  # torch computes l1 here; so do we (and share its kernel)
+        return _pointwise("l1_loss", input, target, reduction, None, use_autogen)
+    return _pointwise("smooth_l1_loss", input, target, reduction, None, use_autogen, beta=float(beta))
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0, weight=None, *, use_autogen=False):
+    _size_warning(input, target)
+    reduction = _reduction(None, None, reduction)
+    if delta <= 0:
+        raise RuntimeError("huber_loss does not support non-positive values for delta.")
+    return _pointwise("huber_loss", input, target, reduction, weight, use_autogen, delta=float(delta))
+
+
+def _check_unit_interval(x, what):
+    if x.numel():
+        lo, hi = torch.aminmax(x.detach())
+        if not (lo >= 0 and hi <= 1):  # NaN fails too, as in torch
+            raise RuntimeError(f"all elements of {what} should be between 0 and 1")
+
+
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean", *,
+                         use_autogen=False):
+    reduction = _reduction(size_average, reduce, reduction)
+    if target.size() != input.size():
+        raise ValueError(
+            f"Using a target size ({target.size()}) that is different to the input size ({input.size()}) is "
+            "deprecated. Please ensure they have the same size.")
+    _floating("binary_cross_entropy", input, target, weight)
+    for other in (target, weight):
+        if other is not None and other.dtype != input.dtype:
+            raise RuntimeError(f"Found dtype {_tname(other.dtype)} but expected {_tname(input.dtype)}")
+    _no_grad_weights("binary_cross_entropy", weight=weight)
+    if weight is not None:
+        weight = weight.expand(torch.broadcast_shapes(target.size(), weight.size()))
+        if weight.shape != input.shape:
+            raise RuntimeError(f"The size of tensor weight {tuple(weight.shape)} must match input "
+                               f"{tuple(input.shape)}")
+    _check_unit_interval(input, "input")
+    _check_unit_interval(target, "target")
+    dtype, cdt = input.dtype, _compute_dtype(input.dtype)
+    tensors = [t.to(cdt).reshape(-1) for t in (input, target, weight) if t is not None]
+    n = input.numel()
+    graph = D.binary_cross_entropy(_kind(reduction), weight is not None)
+    prob = Problem(graph, n, 0, 0, cdt, {"scale": _scale(n) if reduction == "mean" else 1.0})
+    out = execute(prob, tensors, use_autogen, _handwritten("binary_cross_entropy", prob))
+    return _finish(out, reduction, input.shape, dtype)
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
+                                     reduction="mean", pos_weight=None, *, use_autogen=False):
+    reduction = _reduction(size_average, reduce, reduction)
+    if not (target.size() == input.size()):
+        raise ValueError(f"Target size ({target.size()}) must be the same as input size ({input.size()})")
+    op = "binary_cross_entropy_with_logits"
+    _floating(op, input, target, weight, pos_weight)
+    _no_grad_weights(op, weight=weight, pos_weight=pos_weight)
+    shape = input.shape
+    dtype = torch.result_type(input, target)
+    extra = [t for t in (pos_weight, weight) if t is not None]
+    for t in extra:
+        torch.broadcast_shapes(t.shape, shape)  # torch's RuntimeError for a size mismatch
+        dtype = torch.promote_types(dtype, t.dtype)
+    if torch.broadcast_shapes(shape, *[t.shape for t in extra]) != shape:
+        raise RuntimeError(f"output with shape {list(shape)} doesn't match the broadcast shape")
+    cdt = _compute_dtype(dtype)
+    tensors = [input.to(cdt).reshape(-1), target.to(cdt).reshape(-1)]
+    tensors += [t.expand(shape).to(cdt).reshape(-1) for t in extra]
+    n = input.numel()
+    graph = D.binary_cross_entropy_with_logits(_kind(reduction), weight is not None, pos_weight is not None)
+    prob = Problem(graph, n, 0, 0, cdt, {"scale": _scale(n) if reduction == "mean" else 1.0})
+    out = execute(prob, tensors, use_autogen, _handwritten(op, prob))
+    return _finish(out, reduction, shape, dtype)
+
+
+def _tname(dtype):
+    return {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
+            torch.bfloat16: "BFloat16"}.get(dtype, str(dtype))
+
+
+def _kind(reduction):
+    return reduction
+
+
+def _class_rows(op, input, target, weight, probs):
+    """Validate a (N, C, d1..dK) input and its target; return rows-of-C layout and output shape."""
+    if input.dim() == 0:
+        raise RuntimeError(f"{op}: input tensor should be 1D or more, got 0D")
+    _floating(op, input)
+    class_dim = 0 if input.dim() == 1 else 1
+    C = input.size(class_dim)
+    if weight is not None:
+        if weight.dim() != 1 or weight.numel() != C:
+            prefix = "cross_entropy: " if probs else ""
+            raise RuntimeError(f"{prefix}weight tensor should be defined either for all {C} classes or no classes"
+                               f" but got weight tensor of shape: {list(weight.shape)}")
+        if weight.dtype != input.dtype:
+            raise RuntimeError(f"expected scalar type {_tname(input.dtype)} but found {_tname(weight.dtype)}")
+    if probs:
+        if target.shape != input.shape:
+            raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+        out_shape = input.shape[:class_dim] + input.shape[class_dim + 1:]
+    else:
+        if target.dtype not in (torch.int64, torch.uint8):
+            raise RuntimeError(f"expected target dtype to be Long or Byte, but got {_tname(target.dtype)}"
+                               .replace("torch.int32", "Int").replace("torch.float32", "Float"))
+        if input.dim() <= 2:
+            if target.dim() != max(input.dim() - 1, 0) or (input.dim() == 2 and target.dim() != 1):
+                raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+            if input.dim() == 2 and input.size(0) != target.size(0):
+                raise ValueError(f"Expected input batch_size ({input.size(0)}) to match target batch_size "
+                                 f"({target.size(0)}).")
+        else:
+            expected = input.shape[:1] + input.shape[2:]
+            if target.shape != expected:
+                if input.size(0) != target.size(0):
+                    raise ValueError(f"Expected input batch_size ({input.size(0)}) to match target batch_size "
+                                     f"({target.size(0)}).")
+                raise RuntimeError(f"Expected target size {list(expected)}, got {list(target.shape)}")
+        out_shape = target.shape
+    rows = input.movedim(class_dim, -1) if class_dim != input.dim() - 1 else input
+    return rows, C, out_shape
+
+
+def _check_targets(target, C, ignore_index):
+    if target.numel():
+        t = target.detach().reshape(-1).long()
+        bad = (t != ignore_index) & ((t < 0) | (t >= C))
+        if bool(bad.any()):
+            raise IndexError(f"Target {int(t[bad][0])} is out of bounds.")
+
+
+def _class_loss(op, input, target, weight, ignore_index, reduction, label_smoothing, use_autogen):
+    probs = target.is_floating_point()
+    if op == "nll_loss" and probs:
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {_tname(target.dtype)}")
+    if op == "cross_entropy" and label_smoothing > 1.0:
+        raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
+    if input.dim() == 0 and op == "cross_entropy" and not probs:
+        raise RuntimeError(f"Expected floating point type for target with class probabilities, got "
+                           f"{_tname(target.dtype).replace('torch.int64', 'Long')}")
+    rows, C, out_shape = _class_rows(op, input, target, weight, probs)
+    _no_grad_weights("nll_loss_forward" if not probs else op, weight=weight)
+    dtype = torch.result_type(input, target) if probs else input.dtype
+    cdt = _compute_dtype(dtype)
+    x = rows.to(cdt).reshape(-1)
+    R = x.numel() // C if C else rows.numel() // max(C, 1)
+    smoothing = label_smoothing > 0.0
+    params = {"eps": float(label_smoothing), "eps_over_c": float(label_smoothing) / C if C else 0.0}
+    w = [weight.to(cdt)] if weight is not None else []
+    if probs:
+        t = target.movedim(1, -1) if target.dim() > 2 else target
+        tensors = [x, t.to(cdt).reshape(-1)] + w
+        graph = D.cross_entropy_probs(reduction, weight is not None, smoothing)
+        params["scale"] = _scale(R) if reduction == "mean" else 1.0
+    else:
+        if C == 0 and target.numel():
+            raise IndexError(f"Target {int(target.reshape(-1)[0])} is out of bounds.")
+        _check_targets(target, C, ignore_index)
+        R = target.numel()
+        tensors = [x, target.reshape(-1).long()] + w
+        params["ignore_index"] = int(ignore_index)
+        if op == "nll_loss":
+            graph = D.nll_loss(reduction, weight is not None)
+        else:
+            graph = D.cross_entropy(reduction, weight is not None, smoothing)
+    prob = Problem(graph, R * C, C, R, cdt, params)
+    out = execute(prob, tensors, use_autogen, _handwritten(op, prob))
+    return _finish(out, reduction, out_shape, dtype)
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+                  label_smoothing=0.0, *, use_autogen=False):
+    reduction = _reduction(size_average, reduce, reduction)
+    return _class_loss("cross_entropy", input, target, weight, ignore_index, reduction, label_smoothing,
+                       use_autogen)
+
+
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean", *,
+             use_autogen=False):
+    reduction = _reduction(size_average, reduce, reduction)
+    return _class_loss("nll_loss", input, target, weight, ignore_index, reduction, 0.0, use_autogen)

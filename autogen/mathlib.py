@@ -1,0 +1,354 @@
+"""Branch-free polynomial math for generated Numba kernels.
+
+PyPI numba has no SVML, so ``math.exp``/``math.log`` in a loop become scalar
+libm calls that block LLVM's loop vectorizer.  The functions here are written
+with selects instead of branches, integer bit tricks instead of
+``ldexp``/``frexp``, and polynomials, so that after LLVM inlines them an
+elementwise loop vectorizes (``<16 x float>``/``<8 x double>`` on AVX-512).
+
+Use from a kernel compiled with ``fastmath=FASTMATH``::
+
+    from autogen import mathlib as __m
+    out[i] = __m.exp(a[i])      # float32 in -> float32 math, float64 -> float64
+
+Accuracy: float32 <= 2 ulp, float64 <= 1e-14 relative; IEEE/torch semantics
+for inf, nan, overflow, underflow (subnormal results included) and log of
+subnormals.  Steps whose rounding matters (range reduction, scaling, the
+error term of ``1 + x``) are emitted by the ``@intrinsic`` helpers below
+without fast-math flags, so 'reassoc' cannot fold them away.
+"""
+import math
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic, overload
+
+__all__ = ['FASTMATH', 'exp', 'expm1', 'log', 'log1p', 'tanh', 'sigmoid', 'erf']
+
+# No 'nnan'/'ninf': NaN/Inf inputs and results must keep IEEE semantics.
+FASTMATH = {'nsz', 'arcp', 'contract', 'afn', 'reassoc'}
+
+# ---------------------------------------------------------------------------
+# LLVM-level helpers (no fast-math flags on anything emitted here)
+# ---------------------------------------------------------------------------
+# bits -> (int type, mantissa bits, exponent bias)
+_FMT = {32: (ir.IntType(32), 23, 127), 64: (ir.IntType(64), 52, 1023)}
+
+
+def _llvm_call(builder, name, fty, args):
+    fnty = ir.FunctionType(fty, [a.type for a in args])
+    fn = cgutils.get_or_insert_function(builder.module, fnty,
+                                        '%s.%s' % (name, fty.intrinsic_name))
+    return builder.call(fn, args)
+
+
+def _pow2_ir(builder, n, fty, bits):
+    """2**n for integer-valued float n in the normal exponent range.
+
+    n + 1.5*2**mant puts n (two's complement) in the low mantissa bits; adding
+    the bias and shifting left by mant builds the exponent field (the magic
+    constant's own bits are shifted out)."""
+    ity, mant, bias = _FMT[bits]
+    t = builder.bitcast(builder.fadd(n, ir.Constant(fty, 1.5 * 2.0 ** mant)), ity)
+    t = builder.shl(builder.add(t, ir.Constant(ity, bias)), ir.Constant(ity, mant))
+    return builder.bitcast(t, fty)
+
+
+@intrinsic
+def _fma(typingctx, a, b, c):
+    """a*b + c via llvm.fmuladd (fused on FMA hardware, never reassociated)."""
+    if isinstance(a, types.Float) and a == b == c:
+        def codegen(context, builder, sig, args):
+            return _llvm_call(builder, 'llvm.fmuladd', args[0].type, args)
+        return a(a, a, a), codegen
+
+
+@intrinsic
+def _horner(typingctx, x, coefs):
+    """Polynomial in x, coefficients highest degree first, via fmuladd."""
+    if isinstance(x, types.Float) and isinstance(coefs, types.UniTuple) \
+            and coefs.dtype == x:
+        def codegen(context, builder, sig, args):
+            acc = builder.extract_value(args[1], 0)
+            for i in range(1, coefs.count):
+                acc = _llvm_call(builder, 'llvm.fmuladd', acc.type,
+                                 [acc, args[0], builder.extract_value(args[1], i)])
+            return acc
+        return x(x, coefs), codegen
+
+
+@intrinsic
+def _rint(typingctx, x):
+    if isinstance(x, types.Float):
+        def codegen(context, builder, sig, args):
+            return _llvm_call(builder, 'llvm.rint', args[0].type, args)
+        return x(x), codegen
+
+
+@intrinsic
+def _pow2(typingctx, n):
+    """2**n, n integer-valued float with 2**n normal."""
+    if isinstance(n, types.Float):
+        def codegen(context, builder, sig, args):
+            return _pow2_ir(builder, args[0], args[0].type, n.bitwidth)
+        return n(n), codegen
+
+
+@intrinsic
+def _ldexp2(typingctx, y, n):
+    """y * 2**n in two exact-power steps, so results may overflow to inf or
+    round correctly into the subnormal range (|n| up to ~2*bias+mant)."""
+    if isinstance(y, types.Float) and y == n:
+        def codegen(context, builder, sig, args):
+            yv, nv = args
+            fty = yv.type
+            lim = ir.Constant(fty, float(_FMT[y.bitwidth][2] // 2))
+            nc = builder.select(builder.fcmp_ordered('>', nv, lim), lim, nv)
+            nc = builder.select(builder.fcmp_ordered('<', nc, builder.fneg(lim)),
+                                builder.fneg(lim), nc)
+            s1 = _pow2_ir(builder, nc, fty, y.bitwidth)
+            s2 = _pow2_ir(builder, builder.fsub(nv, nc), fty, y.bitwidth)
+            return builder.fmul(builder.fmul(yv, s1), s2)
+        return y(y, n), codegen
+
+
+@intrinsic
+def _logsplit(typingctx, x):
+    """x = 2**k * m with m in [sqrt(1/2), sqrt(2)); returns (k, m) as floats.
+    Valid for positive normal x (callers select the special cases)."""
+    if isinstance(x, types.Float):
+        ret = types.UniTuple(x, 2)
+
+        def codegen(context, builder, sig, args):
+            fty = args[0].type
+            ity, mant, _ = _FMT[x.bitwidth]
+            off = np.array(math.sqrt(0.5), dtype='f%d' % (x.bitwidth // 8))
+            off = ir.Constant(ity, int(off.view('i%d' % (x.bitwidth // 8))))
+            bits = builder.bitcast(args[0], ity)
+            k = builder.ashr(builder.sub(bits, off), ir.Constant(ity, mant))
+            m = builder.bitcast(builder.sub(bits, builder.shl(k, ir.Constant(ity, mant))), fty)
+            # int -> float via the magic-number trick (exact, and vectorizes
+            # without i64->f64 conversion instructions)
+            magic = 1.5 * 2.0 ** mant
+            mbits = np.array(magic, dtype='f%d' % (x.bitwidth // 8)).view('i%d' % (x.bitwidth // 8))
+            kf = builder.bitcast(builder.add(k, ir.Constant(ity, int(mbits))), fty)
+            kf = builder.fsub(kf, ir.Constant(fty, magic))
+            return context.make_tuple(builder, ret, [kf, m])
+        return ret(x), codegen
+
+
+@intrinsic
+def _two_sum(typingctx, a, b):
+    """(s, e) with s = fl(a+b) and a + b == s + e exactly (Knuth TwoSum)."""
+    if isinstance(a, types.Float) and a == b:
+        ret = types.UniTuple(a, 2)
+
+        def codegen(context, builder, sig, args):
+            av, bv = args
+            s = builder.fadd(av, bv)
+            bb = builder.fsub(s, av)
+            e = builder.fadd(builder.fsub(av, builder.fsub(s, bb)), builder.fsub(bv, bb))
+            return context.make_tuple(builder, ret, [s, e])
+        return ret(a, a), codegen
+
+
+# ---------------------------------------------------------------------------
+# Per-dtype constants.  Polynomials are minimax fits (Lawson IRLS in mpmath,
+# relative error unless noted); coefficient tuples are highest degree first.
+# ---------------------------------------------------------------------------
+_CONST = {
+    32: dict(
+        # exp: x = n*ln2 + r, |r| <= ln2/2 (Cody-Waite, LN2_HI has 9 bits so
+        # n*LN2_HI is exact); expm1(r) = r + r^2 * P(r), P degree 5.
+        LN2_HI=0.693359375, LN2_LO=-2.12194440e-4,
+        EXP_P=(1.984590386670295e-04, 1.394062793574742e-03, 8.33338932993805e-03,
+               4.1666360901217586e-02, 1.6666666370584254e-01, 5.00000004416882e-01),
+        EXP_HI=89.0, EXP_LO=-105.0,          # beyond: inf / 0 via the scaling
+        EXPM1_LO=-40.0, EXPM1_NC=64.0,        # expm1(-40) == -1
+        # log (musl logf): log(1+f) = f - f^2/2 + s*(f^2/2 + R(s^2)), s=f/(2+f)
+        LOG_HI=6.9313812256e-01, LOG_LO=9.0580006145e-06,
+        LG=(0.24279078841, 0.28498786688, 0.40000972152, 0.66666662693),
+        TINY=2.0 ** -126, SUB_SCALE=2.0 ** 24, SUB_K=24.0,
+        # tanh: |x| < 0.625: x + x^3 P(x^2); else 1 - 2/(exp(2|x|)+1)
+        TANH_P=(-0.005704750768212186, 0.020638886243589054, -0.053739657044967915,
+                0.1333144155181506, -0.33333281920364577),
+        TANH_SAT=20.0,
+        # erf: |x| < 1: x P(x^2); 1 <= |x| <= 4: 1 - exp(-x^2) Q(|x| - 2)
+        # (Q ~ erfcx, fitted for absolute error of erfc); erf(4) rounds to 1.
+        ERF_P=(7.853973864896879e-05, -8.010243713019005e-04, 5.1883356716893045e-03,
+               -2.6853817788284447e-02, 1.1283585351237059e-01, -3.761262585367792e-01,
+               1.1283791657387003),
+        ERFC_Q=(1.0685824868448517e-04, -2.0229376275982927e-04, 5.034810886153873e-04,
+                -1.8574319560609354e-03, 5.475545783407532e-03, -1.544300010074301e-02,
+                4.180156958944683e-02, -1.0679778749921245e-01, 2.553956016308741e-01),
+        ERFC_C=2.0, ERF_SAT=4.0,
+    ),
+    64: dict(
+        LN2_HI=6.93147180369123816490e-01, LN2_LO=1.90821492927058770002e-10,
+        EXP_P=(2.5053787119482443e-08, 2.762603187894044e-07, 2.7557407492862167e-06,
+               2.4801505287756455e-05, 1.9841269719070965e-04, 1.3888888931554418e-03,
+               8.333333333389521e-03, 4.1666666666576785e-02, 1.6666666666666588e-01,
+               5.000000000000006e-01),
+        EXP_HI=710.0, EXP_LO=-746.0,
+        EXPM1_LO=-40.0, EXPM1_NC=512.0,
+        # fdlibm/musl log
+        LOG_HI=6.93147180369123816490e-01, LOG_LO=1.90821492927058770002e-10,
+        LG=(1.479819860511658591e-01, 1.531383769920937332e-01, 1.818357216161805012e-01,
+            2.222219843214978396e-01, 2.857142874366239149e-01, 3.999999999940941908e-01,
+            6.666666666666735130e-01),
+        TINY=2.0 ** -1022, SUB_SCALE=2.0 ** 54, SUB_K=54.0,
+        TANH_P=(-1.6072525523235248e-05, 7.714430785056308e-05, -2.285641897977546e-04,
+                5.863165464117609e-04, -1.4549588855024337e-03, 3.5919891765206304e-03,
+                -8.863221003141436e-03, 2.1869487576149132e-02, -5.3968253931270894e-02,
+                1.33333333332621e-01, -3.3333333333332854e-01),
+        TANH_SAT=20.0,
+        ERF_P=(-7.779481475713953e-10, 1.3710994956900669e-08, -1.6206319231228098e-07,
+               1.6447132621713555e-06, -1.4924712421107631e-05, 1.2055293585368321e-04,
+               -8.548325929698537e-04, 5.2239776061294325e-03, -2.6866170643113346e-02,
+               1.1283791670944203e-01, -3.761263890318352e-01, 1.1283791670955126),
+        ERFC_Q=(1.1721837047684517e-12, -4.0910126366897466e-12, 1.1652351767012078e-12,
+                -3.4872251298211366e-11, 2.519131157417247e-10, -8.934445651495216e-10,
+                3.6618988447794088e-09, -1.62307255865958e-08, 6.73784667607538e-08,
+                -2.727559700445939e-07, 1.0850607127476993e-06, -4.2145205278933806e-06,
+                1.596186885964617e-05, -5.886885639493383e-05, 2.1101985087252324e-04,
+                -7.335909562026865e-04, 2.467036807325745e-03, -8.001569381581034e-03,
+                2.493799708722107e-02, -7.434734678975971e-02, 2.1080636406113998e-01),
+        ERFC_C=2.5, ERF_SAT=6.0,
+    ),
+}
+
+
+def _build(bits):
+    """Compile-able implementations for one float width.  Every constant is
+    a closure variable of the target dtype, so float32 code never promotes."""
+    dt = np.float32 if bits == 32 else np.float64
+    K = {k: (tuple(dt(c) for c in v) if isinstance(v, tuple) else dt(v))
+         for k, v in _CONST[bits].items()}
+    ZERO, HALF, ONE, TWO = dt(0), dt(0.5), dt(1), dt(2)
+    INF, NINF, NAN = dt(np.inf), dt(-np.inf), dt(np.nan)
+    LOG2E, NLN2_HI, NLN2_LO = dt(1 / math.log(2)), -K['LN2_HI'], -K['LN2_LO']
+    EXP_P, EXP_HI, EXP_LO = K['EXP_P'], K['EXP_HI'], K['EXP_LO']
+    EXPM1_LO, EXPM1_NC = K['EXPM1_LO'], K['EXPM1_NC']
+    LOG_HI, LOG_LO, LG = K['LOG_HI'], K['LOG_LO'], K['LG']
+    TINY, SUB_SCALE, SUB_K = K['TINY'], K['SUB_SCALE'], K['SUB_K']
+    TANH_P, TANH_SAT, TANH_SMALL = K['TANH_P'], K['TANH_SAT'], dt(0.625)
+    ERF_P, ERFC_Q, ERFC_C, ERF_SAT = K['ERF_P'], K['ERFC_Q'], K['ERFC_C'], K['ERF_SAT']
+    jit = njit(fastmath=FASTMATH)
+
+    @jit
+    def reduce_exp(x):
+        """(n, expm1(r)) with x = n*ln2 + r."""
+        n = _rint(x * LOG2E)
+        r = _fma(n, NLN2_LO, _fma(n, NLN2_HI, x))   # n*LN2_HI exact
+        return n, _fma(r * r, _horner(r, EXP_P), r)
+
+    @jit
+    def exp_small(x):
+        """exp(x) for |x| small enough that 2**n is normal (no clamping)."""
+        n, p = reduce_exp(x)
+        return (ONE + p) * _pow2(n)
+
+    @jit
+    def exp(x):
+        x = EXP_HI if x > EXP_HI else x        # NaN passes through the clamps
+        x = EXP_LO if x < EXP_LO else x
+        n, p = reduce_exp(x)
+        return _ldexp2(ONE + p, n)
+
+    @jit
+    def expm1(x):
+        x = EXP_HI if x > EXP_HI else x
+        x = EXPM1_LO if x < EXPM1_LO else x
+        n, p = reduce_exp(x)
+        # 2**n * (1 + p) - 1 = t*p + (t - 1); t - 1 is exact for the n where
+        # it matters, and n = 0 gives p itself (accurate near 0).  Huge n
+        # scales in a second step so t stays finite.
+        nc = EXPM1_NC if n > EXPM1_NC else n
+        t = _pow2(nc)
+        return _fma(t, p, t - ONE) * _pow2(n - nc)
+
+    @jit
+    def log_core(x, corr):
+        """log(x) + corr, corr being a tiny correction (log1p's rounding)."""
+        sub = x < TINY                          # subnormal: scale up first
+        k, m = _logsplit(x * SUB_SCALE if sub else x)
+        k = k - SUB_K if sub else k
+        f = m - ONE
+        s = f / (TWO + f)
+        z = s * s
+        hfsq = HALF * f * f
+        tail = s * (hfsq + z * _horner(z, LG)) + _fma(k, LOG_LO, corr)
+        r = _fma(k, LOG_HI, (f - hfsq) + tail)
+        r = x if x == INF else r
+        r = NINF if x == ZERO else r
+        return r if x >= ZERO else NAN          # negative or NaN
+
+    @jit
+    def log(x):
+        return log_core(x, ZERO)
+
+    @jit
+    def log1p(x):
+        u, e = _two_sum(ONE, x)                 # 1 + x == u + e exactly
+        return log_core(u, e / u)
+
+    @jit
+    def tanh(x):
+        a = abs(x)
+        a = TANH_SAT if a > TANH_SAT else a
+        big = ONE - TWO / (exp_small(a + a) + ONE)
+        big = big if x >= ZERO else -big
+        x2 = x * x
+        small = _fma(x * x2, _horner(x2, TANH_P), x)
+        return small if a < TANH_SMALL else big
+
+    @jit
+    def sigmoid(x):
+        e = exp(-abs(x))                        # in (0, 1]: never overflows
+        return (ONE if x >= ZERO else e) / (ONE + e)
+
+    @jit
+    def erf(x):
+        a = abs(x)
+        a = ERF_SAT if a > ERF_SAT else a
+        big = ONE - exp_small(-(a * a)) * _horner(a - ERFC_C, ERFC_Q)
+        big = big if x >= ZERO else -big
+        small = x * _horner(x * x, ERF_P)
+        return small if a < ONE else big
+
+    return dict(exp=exp, expm1=expm1, log=log, log1p=log1p, tanh=tanh,
+                sigmoid=sigmoid, erf=erf)
+
+
+_IMPLS = {32: _build(32), 64: _build(64)}
+
+
+def _public(name):
+    def stub(x):
+        # Python-level fallback (scalars only); inside numba the overload
+        # below is used instead.
+        bits = 32 if isinstance(x, np.float32) else 64
+        return _IMPLS[bits][name](x if bits == 32 else float(x))
+    stub.__name__ = stub.__qualname__ = name
+    stub.__doc__ = '%s(x) for float32/float64 scalars inside numba kernels.' % name
+
+    @overload(stub, jit_options={'fastmath': FASTMATH})
+    def _ov(x):
+        if isinstance(x, types.Float) and x.bitwidth in _IMPLS:
+            impl = _IMPLS[x.bitwidth][name]
+            return lambda x: impl(x)
+        if isinstance(x, types.Integer):
+            impl = _IMPLS[64][name]
+            return lambda x: impl(np.float64(x))
+    return stub
+
+
+exp = _public('exp')
+expm1 = _public('expm1')
+log = _public('log')
+log1p = _public('log1p')
+tanh = _public('tanh')
+sigmoid = _public('sigmoid')
+erf = _public('erf')

@@ -1,0 +1,40 @@
+"""torch.nn loss modules with a `use_autogen` constructor argument."""
+import torch
+from torch import nn
+
+from . import functional as F
+
+
+def _module(name, torch_cls, fn, attrs, buffers=()):
+    """A subclass of torch's module whose forward calls our functional with its options."""
+
+    def __init__(self, *args, use_autogen=False, **kwargs):
+        torch_cls.__init__(self, *args, **kwargs)
+        self.use_autogen = bool(use_autogen)
+
+    def forward(self, input, target):
+        opts = {a: getattr(self, a) for a in attrs}
+        opts.update({b: getattr(self, b) for b in buffers})
+        return fn(input, target, **opts, use_autogen=self.use_autogen)
+
+    def extra_repr(self):
+        base = torch_cls.extra_repr(self)
+        return f"{base}, use_autogen={self.use_autogen}" if base else f"use_autogen={self.use_autogen}"
+
+    return type(name, (torch_cls,), {"__init__": __init__, "forward": forward, "extra_repr": extra_repr,
+                                      "__module__": __name__, "__doc__": f"{torch_cls.__doc__ or ''}"})
+
+
+MSELoss = _module("MSELoss", nn.MSELoss, F.mse_loss, ["reduction"])
+L1Loss = _module("L1Loss", nn.L1Loss, F.l1_loss, ["reduction"])
+SmoothL1Loss = _module("SmoothL1Loss", nn.SmoothL1Loss, F.smooth_l1_loss, ["reduction", "beta"])
+HuberLoss = _module("HuberLoss", nn.HuberLoss, F.huber_loss, ["reduction", "delta"])
+BCELoss = _module("BCELoss", nn.BCELoss, F.binary_cross_entropy, ["reduction"], ["weight"])
+BCEWithLogitsLoss = _module("BCEWithLogitsLoss", nn.BCEWithLogitsLoss, F.binary_cross_entropy_with_logits,
+                            ["reduction"], ["weight", "pos_weight"])
+CrossEntropyLoss = _module("CrossEntropyLoss", nn.CrossEntropyLoss, F.cross_entropy,
+                           ["reduction", "ignore_index", "label_smoothing"], ["weight"])
+NLLLoss = _module("NLLLoss", nn.NLLLoss, F.nll_loss, ["reduction", "ignore_index"], ["weight"])
+
+__all__ = ["MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss", "BCEWithLogitsLoss",
+           "CrossEntropyLoss", "NLLLoss"]

@@ -1,0 +1,123 @@
+"""The primitive table: one record per op, with its Numba expression, torch reference and derivative rule.
+
+Nothing else in the engine branches on an op's name: interpreters, the renderer and the
+differentiator read these records. A new primitive is one `_prim(...)` call here.
+"""
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from .ir import COL, SCALAR, apply as A, iota
+
+
+@dataclass(frozen=True)
+class Prim:
+    name: str
+    arity: int
+    group: str            # elementwise | reduce_row | reduce_all | gather | identity
+    numba: str            # expression over argument names {0}, {1}, {2}
+    torch: Callable       # reference on broadcastable tensors
+    grad: Callable        # (cotangent, out, *args) -> one cotangent (or None) per argument
+    kind: str = "same"    # result kind: 'f' float, 'b' bool, 'same' float if any argument is float
+    init: Optional[str] = None     # reductions: the accumulator's initial value
+    combine: Optional[str] = None  # reductions: '{acc}' combined with the element '{0}'
+
+    def infer(self, args):
+        """Level and kind of this op applied to `args`."""
+        if self.group == "reduce_row":
+            if not args[0].level & COL:
+                raise ValueError(f"{self.name}: argument must vary along the row")
+            level = args[0].level & ~COL
+        elif self.group == "reduce_all":
+            level = SCALAR
+        elif self.group == "gather":
+            x, idx = args
+            if x.op != "input" or not x.level & COL or idx.kind != "i" or idx.level & COL:
+                raise ValueError("gather: takes an input tensor varying along the row and a per-row index")
+            level = (x.level & ~COL) | idx.level
+        else:
+            level = 0
+            for a in args:
+                level |= a.level
+        if self.kind == "same":
+            kinds = [a.kind for a in args if a.kind != "b"] or ["b"]
+            kind = "f" if "f" in kinds else kinds[0]
+        else:
+            kind = self.kind
+        return level, kind
+
+
+PRIMS = {}
+
+
+def _prim(name, arity, group, numba, ref, grad, **kw):
+    PRIMS[name] = Prim(name, arity, group, numba, ref, grad, **kw)
+
+
+def _nograd(g, out, *args):
+    return (None,) * len(args)
+
+
+def _maxgrad(g, out, a, b):
+    # torch splits the gradient evenly between tied arguments of maximum/minimum
+    share = A("where", A("eq", a, b), 0.5, 0.0)
+    return (g * A("where", A("eq", out, a), A("where", A("eq", a, b), share, 1.0), 0.0),
+            g * A("where", A("eq", out, b), A("where", A("eq", a, b), share, 1.0), 0.0))
+
+
+def _reduce_max_grad(g, out, x):
+    # torch's amax backward: the gradient is shared evenly among the maximal elements
+    hit = A("where", A("eq", x, out), 1.0, 0.0)
+    reduce = "sum_row" if out.level != SCALAR else "sum_all"
+    return (g * hit / A(reduce, hit),)
+
+
+_CMP = {"lt": ("<", torch.lt), "le": ("<=", torch.le), "gt": (">", torch.gt),
+        "ge": (">=", torch.ge), "eq": ("==", torch.eq), "ne": ("!=", torch.ne)}
+
+# -- elementwise arithmetic ------------------------------------------------------------------
+_prim("add", 2, "elementwise", "({0} + {1})", torch.add, lambda g, o, a, b: (g, g))
+_prim("sub", 2, "elementwise", "({0} - {1})", torch.sub, lambda g, o, a, b: (g, -g))
+_prim("mul", 2, "elementwise", "({0} * {1})", torch.mul, lambda g, o, a, b: (g * b, g * a))
+_prim("div", 2, "elementwise", "({0} / {1})", torch.div, lambda g, o, a, b: (g / b, -g * o / b), kind="f")
+_prim("neg", 1, "elementwise", "(-{0})", torch.neg, lambda g, o, a: (-g,))
+_prim("abs", 1, "elementwise", "abs({0})", torch.abs, lambda g, o, a: (g * A("sign", a),))
+_prim("sign", 1, "elementwise", "(__one if {0} > 0 else (-__one if {0} < 0 else {0} * __zero))",
+      torch.sign, _nograd, kind="f")
+_prim("sqrt", 1, "elementwise", "__np.sqrt({0})", torch.sqrt, lambda g, o, a: (g / (2.0 * o),), kind="f")
+_prim("pow", 2, "elementwise", "({0} ** {1})", torch.pow,
+      lambda g, o, a, b: (A("where", A("eq", b, 0.0), 0.0, g * b * A("pow", a, b - 1.0)),
+                          g * o * A("log", a)), kind="f")
+# -- transcendental: vectorizable polynomial versions from autogen.mathlib --------------------
+_prim("exp", 1, "elementwise", "__m.exp({0})", torch.exp, lambda g, o, a: (g * o,), kind="f")
+_prim("log", 1, "elementwise", "__m.log({0})", torch.log, lambda g, o, a: (g / a,), kind="f")
+_prim("log1p", 1, "elementwise", "__m.log1p({0})", torch.log1p, lambda g, o, a: (g / (1.0 + a),), kind="f")
+# -- selection -------------------------------------------------------------------------------
+_prim("maximum", 2, "elementwise", "({0} if ({0} > {1} or {0} != {0}) else {1})", torch.maximum, _maxgrad)
+_prim("minimum", 2, "elementwise", "({0} if ({0} < {1} or {0} != {0}) else {1})", torch.minimum, _maxgrad)
+_prim("where", 3, "elementwise", "({1} if {0} else {2})", torch.where,
+      lambda g, o, c, a, b: (None, A("where", c, g, 0.0), A("where", c, 0.0, g)))
+_prim("clamp", 3, "elementwise", "({1} if {0} < {1} else ({2} if {0} > {2} else {0}))", torch.clamp,
+      lambda g, o, x, lo, hi: (A("where", A("ge", x, lo), A("where", A("le", x, hi), g, 0.0), 0.0), None, None))
+for _name, (_op, _ref) in _CMP.items():
+    _prim(_name, 2, "elementwise", "({0} %s {1})" % _op, _ref, _nograd, kind="b")
+# -- reductions: over the last axis (per row) and over everything ----------------------------
+_MAXC = "({acc} if ({acc} >= {0} or {acc} != {acc}) else {0})"
+_prim("sum_row", 1, "reduce_row", "", lambda x: x.sum(-1, keepdim=True), lambda g, o, x: (g,),
+      init="__zero", combine="({acc} + {0})")
+_prim("max_row", 1, "reduce_row", "", lambda x: x.amax(-1, keepdim=True), _reduce_max_grad,
+      init="-__inf", combine=_MAXC)
+_prim("sum_all", 1, "reduce_all", "", lambda x: x.sum(), lambda g, o, x: (g,),
+      init="__zero", combine="({acc} + {0})")
+_prim("max_all", 1, "reduce_all", "", lambda x: x.amax(), _reduce_max_grad,
+      init="-__inf", combine=_MAXC)
+# -- indexing: x[row, idx[row]]; its gradient is the scatter where(col == idx, g, 0) ----------
+_prim("gather", 2, "gather", "{0}[{base}{1}]",
+      lambda x, i: x.expand(i.shape[0], -1).gather(-1, i),
+      lambda g, o, x, i: (A("where", A("eq", iota(), i), g, 0.0), None), kind="f")
+_prim("iota", 0, "leaf", "(__i - __start)", None, _nograd, kind="i")
+# -- gradient control: detach stops the gradient; gradfix(v, x, d) is v with an extra derivative d
+# with respect to x (give it detach(v) to replace v's own derivative: torch's explicit formulas)
+_prim("detach", 1, "identity", "{0}", lambda a: a, lambda g, o, a: (None,))
+_prim("gradfix", 3, "identity", "{0}", lambda v, x, d: v, lambda g, o, v, x, d: (g, g * d, None))
