@@ -1,9 +1,11 @@
-"""Render a primitive graph into Numba source: one prange over rows, fused loops over each row.
+"""Render a primitive graph into Numba source: one loop over rows, fused loops over each row.
 
 The iteration domain is R rows of C elements (flat losses use fixed-size blocks as rows).
 Values live at a level: per kernel (scalar), per row, per column, or per element. A row
 reduction needs its own pass over the row, so element values are grouped into loops by
 how many row reductions they depend on; row-wide values sit between the loops, in registers.
+The kernel runs rows [r0, r1) so that the executor can split rows over threads (nogil);
+the epilogue (whole-tensor reductions from per-row partials) runs once, when `__post` is set.
 """
 import hashlib
 
@@ -21,7 +23,9 @@ _ENV = jinja2.Environment(loader=jinja2.FunctionLoader(
     lambda name: resources.files("autogen.templates").joinpath(name).read_text()),
     undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
 
-_BLOCK = 1 << 14  # elements per block for losses without rows
+_BLOCK = 1 << 14
+# numba's cache does not see changes to inlined helpers: the math library's hash goes into every kernel
+_MATHLIB = hashlib.sha1(resources.files("autogen").joinpath("mathlib.py").read_bytes()).hexdigest()[:12]  # elements per block for losses without rows
 
 
 class KernelSpec:
@@ -156,6 +160,6 @@ def render(spec, cache=True):
     post = folds + [line(n) for n in order if n.post and _group(n) != "reduce_all" and not inline(n)] + post_lines
     args = [f"in_{n.attr}" for n in spec.inputs] + [f"p_{n.attr}" for n in spec.params] + out_args
     return _ENV.get_template("kernel.py.j2").render(
-        key=spec.key, graph_comment=[spec.label], dtype=spec.dtype, parallel=True,
+        key=spec.key, graph_comment=[spec.label, f"mathlib {_MATHLIB}"], dtype=spec.dtype,
         fastmath=repr(sorted(FASTMATH)).replace("[", "{").replace("]", "}"), cache=cache, args=args, pre=pre,
         row_begin=row_begin, loops=[loop(k) for k in range(nloops)], row_end=row_end, post=post)

@@ -6,6 +6,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -48,8 +49,10 @@ def _load_file(spec):
         intact = False
     if not intact:  # missing, truncated or corrupted: write it anew
         _write_atomic(path, source)
-    mod_spec = importlib.util.spec_from_file_location(f"autogen_kernel_{digest}", path)
+    name = f"autogen_kernel_{digest}"
+    mod_spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(mod_spec)
+    sys.modules[name] = module  # numba's cache rebuilds the kernel's environment by module name
     mod_spec.loader.exec_module(module)
     return module.kernel
 

@@ -4,8 +4,9 @@ fused autogen: the whole graph in one generated kernel (the gradient of a scalar
 written in the same pass; backward only scales it). primitive: op by op, each primitive
 through a handwritten, generated or torch kernel as the policy picks. fallback: torch ops.
 """
-import math
+import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 import warnings
 from dataclasses import dataclass, field
 
@@ -87,8 +88,28 @@ def run_spec(spec, prob, values):
     for node, level in spec.outputs:
         outs.append(torch.empty(prob.flat_size(level), dtype=_TORCH_KIND.get(node.kind, prob.dtype)))
     part = np.empty((len(spec.reduce_all), r), dtype=np.float64)
-    fn(n, c, r, *args, *[o.numpy() for o in outs], part)
+    _launch(fn, n, c, r, args + [o.numpy() for o in outs] + [part])
     return [o.reshape(()) if level == SCALAR else o for o, (_, level) in zip(outs, spec.outputs)]
+
+
+_PAR_MIN = 1 << 15  # elements below which one thread beats handing rows to others (measured)
+_pool = []
+
+
+def _launch(fn, n, c, r, args):
+    """Run rows [0, r) split over torch's thread count, then the epilogue once."""
+    threads = min(torch.get_num_threads(), r)
+    if threads <= 1 or n < _PAR_MIN:
+        fn(n, c, 0, r, r, True, *args)
+        return
+    if not _pool:
+        _pool.append(ThreadPoolExecutor(max_workers=max(os.cpu_count() or 1, 2)))
+    bounds = [r * k // threads for k in range(threads + 1)]
+    futures = [_pool[0].submit(fn, n, c, bounds[k], bounds[k + 1], r, False, *args) for k in range(1, threads)]
+    fn(n, c, bounds[0], bounds[1], r, False, *args)
+    for f in futures:
+        f.result()
+    fn(n, c, 0, 0, r, True, *args)
 
 
 # -- the fused plan --------------------------------------------------------------------------
@@ -230,8 +251,8 @@ def interpret(prob, order, values, phase, force_fallback=False):
             val = v if isinstance(v, torch.Tensor) else torch.tensor(v, dtype=_TORCH_KIND.get(node.kind, dtype))
         elif node.op == "iota":
             val = torch.arange(prob.flat_size(COL)).view(prob.layout(COL))
-        elif PRIMS[node.op].group == "identity":
-            val = values[node.args[0].digest]
+        elif PRIMS[node.op].group == "identity":  # no kernel: a view of its first argument
+            val = PRIMS[node.op].torch(*[values[a.digest] for a in node.args])
         else:
             args = [values[a.digest] for a in node.args]
             prim = PRIMS[node.op]

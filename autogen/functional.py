@@ -247,7 +247,7 @@ def _class_loss(op, input, target, weight, ignore_index, reduction, label_smooth
     x = rows.to(cdt).reshape(-1)
     R = x.numel() // C if C else rows.numel() // max(C, 1)
     smoothing = label_smoothing > 0.0
-    params = {"eps": float(label_smoothing), "eps_over_c": float(label_smoothing) / C if C else 0.0}
+    params = {"scale": 1.0, "eps": float(label_smoothing), "eps_over_c": float(label_smoothing) / C if C else 0.0}
     w = [weight.to(cdt)] if weight is not None else []
     if probs:
         t = target.movedim(1, -1) if target.dim() > 2 else target

@@ -1,6 +1,20 @@
 """Reverse-mode differentiation over the IR, from the derivative rules of the primitive table."""
-from .ir import is_leaf, toposort
+from .errors import ScheduleError
+from .ir import COL, ROW, SCALAR, apply, is_leaf, toposort
 from .primitives import PRIMS
+
+
+def _unbroadcast(g, level):
+    """Sum a cotangent over the axes its value was broadcast along to reach `g`'s level."""
+    if g.level | level == level:
+        return g
+    if level == COL or (level == SCALAR and not g.level & ROW):
+        raise ScheduleError("a per-column value broadcast over rows needs a column reduction")
+    if g.level & COL:
+        g = apply("sum_row", g)
+    if level == SCALAR and g.level & ROW:
+        g = apply("sum_all", g)
+    return g
 
 
 def vjp(outputs, seeds, wrt):
@@ -21,6 +35,9 @@ def vjp(outputs, seeds, wrt):
         for arg, ga in zip(node.args, PRIMS[node.op].grad(g, node, *node.args)):
             if ga is None or not reaches[arg.digest]:
                 continue
+            ga = _unbroadcast(ga, arg.level)
+            if ga.level != arg.level:  # a cotangent always lives at its primal's level
+                ga = apply("expand", ga, arg)
             # accumulate: a value used twice receives both contributions
             cot[arg.digest] = ga if arg.digest not in cot else cot[arg.digest] + ga
     return [cot.get(w.digest) for w in wrt]

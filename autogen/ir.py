@@ -85,6 +85,11 @@ def apply(op, *args):
         raise TypeError(f"primitive {op} takes {prim.arity} arguments, got {len(args)}")
     args = _wrap(args)
     level, kind = prim.infer(args)
+    for j, unit in enumerate(prim.units):  # x * 1, x + 0, x / 1: no node at all
+        other = args[1 - j]
+        if unit is not None and args[j].op == "const" and args[j].attr == unit and other.kind == kind \
+                and other.level == level:
+            return other
     post = any(a.post for a in args) or prim.group == "reduce_all"
     return _make(op, args, None, level, kind, post)
 

@@ -29,10 +29,17 @@ __all__ = ['FASTMATH', 'exp', 'expm1', 'log', 'log1p', 'tanh', 'sigmoid', 'erf']
 
 # No 'nnan'/'ninf': NaN/Inf inputs and results must keep IEEE semantics.
 FASTMATH = {'nsz', 'arcp', 'contract', 'afn', 'reassoc'}
+# error_model='numpy': float division by zero must give inf/nan, not a
+# ZeroDivisionError branch (which would also block vectorization).
+_JIT_OPTS = dict(fastmath=FASTMATH, error_model='numpy')
 
 # ---------------------------------------------------------------------------
-# LLVM-level helpers (no fast-math flags on anything emitted here)
+# LLVM-level helpers.  Numba's fastmath pass adds FASTMATH to every float
+# binop that has no flags, so the exact steps below carry 'nsz' alone: that
+# keeps them out of reassociation (which would break TwoSum and the two-step
+# scaling).  Calls (llvm.fmuladd/rint) do get the flags, which is harmless.
 # ---------------------------------------------------------------------------
+_EXACT = ('nsz',)
 # bits -> (int type, mantissa bits, exponent bias)
 _FMT = {32: (ir.IntType(32), 23, 127), 64: (ir.IntType(64), 52, 1023)}
 
@@ -51,7 +58,7 @@ def _pow2_ir(builder, n, fty, bits):
     the bias and shifting left by mant builds the exponent field (the magic
     constant's own bits are shifted out)."""
     ity, mant, bias = _FMT[bits]
-    t = builder.bitcast(builder.fadd(n, ir.Constant(fty, 1.5 * 2.0 ** mant)), ity)
+    t = builder.bitcast(builder.fadd(n, ir.Constant(fty, 1.5 * 2.0 ** mant), flags=_EXACT), ity)
     t = builder.shl(builder.add(t, ir.Constant(ity, bias)), ir.Constant(ity, mant))
     return builder.bitcast(t, fty)
 
@@ -77,6 +84,27 @@ def _horner(typingctx, x, coefs):
                                  [acc, args[0], builder.extract_value(args[1], i)])
             return acc
         return x(x, coefs), codegen
+
+
+@intrinsic
+def _add(typingctx, a, b):
+    """a + b, never reassociated with neighbouring sums."""
+    if isinstance(a, types.Float) and a == b:
+        def codegen(context, builder, sig, args):
+            return builder.fadd(args[0], args[1], flags=_EXACT)
+        return a(a, a), codegen
+
+
+@intrinsic
+def _cody_waite(typingctx, x, n, hi, lo):
+    """(x - n*hi) - n*lo; hi has few enough bits that n*hi and the first
+    difference are exact, with or without FMA."""
+    if isinstance(x, types.Float) and x == n == hi == lo:
+        def codegen(context, builder, sig, args):
+            xv, nv, hv, lv = args
+            r = builder.fsub(xv, builder.fmul(nv, hv, flags=_EXACT), flags=_EXACT)
+            return builder.fsub(r, builder.fmul(nv, lv, flags=_EXACT), flags=_EXACT)
+        return x(x, x, x, x), codegen
 
 
 @intrinsic
@@ -109,8 +137,8 @@ def _ldexp2(typingctx, y, n):
             nc = builder.select(builder.fcmp_ordered('<', nc, builder.fneg(lim)),
                                 builder.fneg(lim), nc)
             s1 = _pow2_ir(builder, nc, fty, y.bitwidth)
-            s2 = _pow2_ir(builder, builder.fsub(nv, nc), fty, y.bitwidth)
-            return builder.fmul(builder.fmul(yv, s1), s2)
+            s2 = _pow2_ir(builder, builder.fsub(nv, nc, flags=_EXACT), fty, y.bitwidth)
+            return builder.fmul(builder.fmul(yv, s1, flags=_EXACT), s2, flags=_EXACT)
         return y(y, n), codegen
 
 
@@ -134,7 +162,7 @@ def _logsplit(typingctx, x):
             magic = 1.5 * 2.0 ** mant
             mbits = np.array(magic, dtype='f%d' % (x.bitwidth // 8)).view('i%d' % (x.bitwidth // 8))
             kf = builder.bitcast(builder.add(k, ir.Constant(ity, int(mbits))), fty)
-            kf = builder.fsub(kf, ir.Constant(fty, magic))
+            kf = builder.fsub(kf, ir.Constant(fty, magic), flags=_EXACT)
             return context.make_tuple(builder, ret, [kf, m])
         return ret(x), codegen
 
@@ -147,9 +175,11 @@ def _two_sum(typingctx, a, b):
 
         def codegen(context, builder, sig, args):
             av, bv = args
-            s = builder.fadd(av, bv)
-            bb = builder.fsub(s, av)
-            e = builder.fadd(builder.fsub(av, builder.fsub(s, bb)), builder.fsub(bv, bb))
+            add = lambda p, q: builder.fadd(p, q, flags=_EXACT)
+            sub = lambda p, q: builder.fsub(p, q, flags=_EXACT)
+            s = add(av, bv)
+            bb = sub(s, av)
+            e = add(sub(av, sub(s, bb)), sub(bv, bb))
             return context.make_tuple(builder, ret, [s, e])
         return ret(a, a), codegen
 
@@ -175,11 +205,11 @@ _CONST = {
         TANH_P=(-0.005704750768212186, 0.020638886243589054, -0.053739657044967915,
                 0.1333144155181506, -0.33333281920364577),
         TANH_SAT=20.0,
-        # erf: |x| < 1: x P(x^2); 1 <= |x| <= 4: 1 - exp(-x^2) Q(|x| - 2)
+        # erf: |x| < 1: x + x P(x^2); 1 <= |x| <= 4: 1 - exp(-x^2) Q(|x| - 2)
         # (Q ~ erfcx, fitted for absolute error of erfc); erf(4) rounds to 1.
         ERF_P=(7.853973864896879e-05, -8.010243713019005e-04, 5.1883356716893045e-03,
                -2.6853817788284447e-02, 1.1283585351237059e-01, -3.761262585367792e-01,
-               1.1283791657387003),
+               1.283791657387003e-01),     # 2/sqrt(pi) - 1: erf = x + x*P
         ERFC_Q=(1.0685824868448517e-04, -2.0229376275982927e-04, 5.034810886153873e-04,
                 -1.8574319560609354e-03, 5.475545783407532e-03, -1.544300010074301e-02,
                 4.180156958944683e-02, -1.0679778749921245e-01, 2.553956016308741e-01),
@@ -207,7 +237,7 @@ _CONST = {
         ERF_P=(-7.779481475713953e-10, 1.3710994956900669e-08, -1.6206319231228098e-07,
                1.6447132621713555e-06, -1.4924712421107631e-05, 1.2055293585368321e-04,
                -8.548325929698537e-04, 5.2239776061294325e-03, -2.6866170643113346e-02,
-               1.1283791670944203e-01, -3.761263890318352e-01, 1.1283791670955126),
+               1.1283791670944203e-01, -3.761263890318352e-01, 1.283791670955126e-01),
         ERFC_Q=(1.1721837047684517e-12, -4.0910126366897466e-12, 1.1652351767012078e-12,
                 -3.4872251298211366e-11, 2.519131157417247e-10, -8.934445651495216e-10,
                 3.6618988447794088e-09, -1.62307255865958e-08, 6.73784667607538e-08,
@@ -228,20 +258,20 @@ def _build(bits):
          for k, v in _CONST[bits].items()}
     ZERO, HALF, ONE, TWO = dt(0), dt(0.5), dt(1), dt(2)
     INF, NINF, NAN = dt(np.inf), dt(-np.inf), dt(np.nan)
-    LOG2E, NLN2_HI, NLN2_LO = dt(1 / math.log(2)), -K['LN2_HI'], -K['LN2_LO']
+    LOG2E, LN2_HI, LN2_LO = dt(1 / math.log(2)), K['LN2_HI'], K['LN2_LO']
     EXP_P, EXP_HI, EXP_LO = K['EXP_P'], K['EXP_HI'], K['EXP_LO']
     EXPM1_LO, EXPM1_NC = K['EXPM1_LO'], K['EXPM1_NC']
     LOG_HI, LOG_LO, LG = K['LOG_HI'], K['LOG_LO'], K['LG']
     TINY, SUB_SCALE, SUB_K = K['TINY'], K['SUB_SCALE'], K['SUB_K']
     TANH_P, TANH_SAT, TANH_SMALL = K['TANH_P'], K['TANH_SAT'], dt(0.625)
     ERF_P, ERFC_Q, ERFC_C, ERF_SAT = K['ERF_P'], K['ERFC_Q'], K['ERFC_C'], K['ERF_SAT']
-    jit = njit(fastmath=FASTMATH)
+    jit = njit(**_JIT_OPTS)
 
     @jit
     def reduce_exp(x):
         """(n, expm1(r)) with x = n*ln2 + r."""
         n = _rint(x * LOG2E)
-        r = _fma(n, NLN2_LO, _fma(n, NLN2_HI, x))   # n*LN2_HI exact
+        r = _cody_waite(x, n, LN2_HI, LN2_LO)
         return n, _fma(r * r, _horner(r, EXP_P), r)
 
     @jit
@@ -279,8 +309,9 @@ def _build(bits):
         s = f / (TWO + f)
         z = s * s
         hfsq = HALF * f * f
-        tail = s * (hfsq + z * _horner(z, LG)) + _fma(k, LOG_LO, corr)
-        r = _fma(k, LOG_HI, (f - hfsq) + tail)
+        # musl order: small terms first, then f (exact), then k*ln2_hi
+        tail = _add(s * (hfsq + z * _horner(z, LG)) + _fma(k, LOG_LO, corr), -hfsq)
+        r = _fma(k, LOG_HI, _add(tail, f))
         r = x if x == INF else r
         r = NINF if x == ZERO else r
         return r if x >= ZERO else NAN          # negative or NaN
@@ -306,8 +337,14 @@ def _build(bits):
 
     @jit
     def sigmoid(x):
-        e = exp(-abs(x))                        # in (0, 1]: never overflows
-        return (ONE if x >= ZERO else e) / (ONE + e)
+        # e/(1+e) for x < 0, 1/(1+e) else, e = exp(-|x|) in (0, 1]: no
+        # overflow, subnormal results kept.  1 + e is carried exactly as
+        # d + de and one Newton step refines 1/(d + de) (~1 ulp overall).
+        e = exp(-abs(x))
+        d, de = _two_sum(ONE, e)
+        rd = ONE / d
+        rd = _fma(rd, _fma(-rd, d, ONE) - rd * de, rd)
+        return (ONE if x >= ZERO else e) * rd
 
     @jit
     def erf(x):
@@ -315,7 +352,7 @@ def _build(bits):
         a = ERF_SAT if a > ERF_SAT else a
         big = ONE - exp_small(-(a * a)) * _horner(a - ERFC_C, ERFC_Q)
         big = big if x >= ZERO else -big
-        small = x * _horner(x * x, ERF_P)
+        small = _fma(x, _horner(x * x, ERF_P), x)
         return small if a < ONE else big
 
     return dict(exp=exp, expm1=expm1, log=log, log1p=log1p, tanh=tanh,
@@ -334,7 +371,7 @@ def _public(name):
     stub.__name__ = stub.__qualname__ = name
     stub.__doc__ = '%s(x) for float32/float64 scalars inside numba kernels.' % name
 
-    @overload(stub, jit_options={'fastmath': FASTMATH})
+    @overload(stub, jit_options=_JIT_OPTS)
     def _ov(x):
         if isinstance(x, types.Float) and x.bitwidth in _IMPLS:
             impl = _IMPLS[x.bitwidth][name]

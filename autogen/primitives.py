@@ -22,6 +22,7 @@ class Prim:
     kind: str = "same"    # result kind: 'f' float, 'b' bool, 'same' float if any argument is float
     init: Optional[str] = None     # reductions: the accumulator's initial value
     combine: Optional[str] = None  # reductions: '{acc}' combined with the element '{0}'
+    units: tuple = ()              # per argument: the constant that makes op(...) the other argument
 
     def infer(self, args):
         """Level and kind of this op applied to `args`."""
@@ -77,10 +78,11 @@ _CMP = {"lt": ("<", torch.lt), "le": ("<=", torch.le), "gt": (">", torch.gt),
         "ge": (">=", torch.ge), "eq": ("==", torch.eq), "ne": ("!=", torch.ne)}
 
 # -- elementwise arithmetic ------------------------------------------------------------------
-_prim("add", 2, "elementwise", "({0} + {1})", torch.add, lambda g, o, a, b: (g, g))
-_prim("sub", 2, "elementwise", "({0} - {1})", torch.sub, lambda g, o, a, b: (g, -g))
-_prim("mul", 2, "elementwise", "({0} * {1})", torch.mul, lambda g, o, a, b: (g * b, g * a))
-_prim("div", 2, "elementwise", "({0} / {1})", torch.div, lambda g, o, a, b: (g / b, -g * o / b), kind="f")
+_prim("add", 2, "elementwise", "({0} + {1})", torch.add, lambda g, o, a, b: (g, g), units=(0.0, 0.0))
+_prim("sub", 2, "elementwise", "({0} - {1})", torch.sub, lambda g, o, a, b: (g, -g), units=(None, 0.0))
+_prim("mul", 2, "elementwise", "({0} * {1})", torch.mul, lambda g, o, a, b: (g * b, g * a), units=(1.0, 1.0))
+_prim("div", 2, "elementwise", "({0} / {1})", torch.div, lambda g, o, a, b: (g / b, -g * o / b), kind="f",
+      units=(None, 1.0))
 _prim("neg", 1, "elementwise", "(-{0})", torch.neg, lambda g, o, a: (-g,))
 _prim("abs", 1, "elementwise", "abs({0})", torch.abs, lambda g, o, a: (g * A("sign", a),))
 _prim("sign", 1, "elementwise", "(__one if {0} > 0 else (-__one if {0} < 0 else {0} * __zero))",
@@ -117,7 +119,9 @@ _prim("gather", 2, "gather", "{0}[{base}{1}]",
       lambda x, i: x.expand(i.shape[0], -1).gather(-1, i),
       lambda g, o, x, i: (A("where", A("eq", iota(), i), g, 0.0), None), kind="f")
 _prim("iota", 0, "leaf", "(__i - __start)", None, _nograd, kind="i")
-# -- gradient control: detach stops the gradient; gradfix(v, x, d) is v with an extra derivative d
+# -- gradient control: expand(a, like) is `a` seen at the level of `like` (a broadcast cotangent);
+# detach stops the gradient; gradfix(v, x, d) is v with an extra derivative d
 # with respect to x (give it detach(v) to replace v's own derivative: torch's explicit formulas)
 _prim("detach", 1, "identity", "{0}", lambda a: a, lambda g, o, a: (None,))
+_prim("expand", 2, "identity", "{0}", lambda a, like: a.expand(torch.broadcast_shapes(a.shape, like.shape)), lambda g, o, a, like: (g, None))
 _prim("gradfix", 3, "identity", "{0}", lambda v, x, d: v, lambda g, o, v, x, d: (g, g * d, None))
