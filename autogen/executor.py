@@ -92,23 +92,34 @@ def run_spec(spec, prob, values):
     return [o.reshape(()) if level == SCALAR else o for o, (_, level) in zip(outs, spec.outputs)]
 
 
-_PAR_MIN = 1 << 15  # elements below which one thread beats handing rows to others (measured)
+_PAR_MIN = 1 << 15  # elements below which one thread beats handing work to others (measured)
 _pool = []
 
 
-def _launch(fn, n, c, r, args):
-    """Run rows [0, r) split over torch's thread count, then the epilogue once."""
-    threads = min(torch.get_num_threads(), r)
-    if threads <= 1 or n < _PAR_MIN:
-        fn(n, c, 0, r, r, True, *args)
+def split_run(fn, count, args, work=None):
+    """Call fn(lo, hi, *args) over [0, count) split across torch's thread count (fn must be nogil).
+
+    `work` (default `count`) is the total element count, used to stay on one thread when small.
+    """
+    threads = min(torch.get_num_threads(), count)
+    if threads <= 1 or (count if work is None else work) < _PAR_MIN:
+        fn(0, count, *args)
         return
     if not _pool:
         _pool.append(ThreadPoolExecutor(max_workers=max(os.cpu_count() or 1, 2)))
-    bounds = [r * k // threads for k in range(threads + 1)]
-    futures = [_pool[0].submit(fn, n, c, bounds[k], bounds[k + 1], r, False, *args) for k in range(1, threads)]
-    fn(n, c, bounds[0], bounds[1], r, False, *args)
+    bounds = [count * k // threads for k in range(threads + 1)]
+    futures = [_pool[0].submit(fn, bounds[k], bounds[k + 1], *args) for k in range(1, threads)]
+    fn(bounds[0], bounds[1], *args)
     for f in futures:
         f.result()
+
+
+def _launch(fn, n, c, r, args):
+    """Run a generated kernel's rows over threads, then its epilogue once."""
+    if n < _PAR_MIN or r <= 1 or torch.get_num_threads() <= 1:
+        fn(n, c, 0, r, r, True, *args)
+        return
+    split_run(lambda lo, hi: fn(n, c, lo, hi, r, False, *args), r, (), work=n)
     fn(n, c, 0, 0, r, True, *args)
 
 

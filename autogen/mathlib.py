@@ -337,14 +337,16 @@ def _build(bits):
 
     @jit
     def sigmoid(x):
-        # e/(1+e) for x < 0, 1/(1+e) else, e = exp(-|x|) in (0, 1]: no
-        # overflow, subnormal results kept.  1 + e is carried exactly as
-        # d + de and one Newton step refines 1/(d + de) (~1 ulp overall).
+        # num/(1+e) with e = exp(-|x|) in (0, 1] (no overflow, subnormal
+        # results kept), num = e for x < 0 else 1.  1 + e is carried exactly
+        # as d + de; with rd = 1/d and res = 1 - rd*(d + de) (exact via FMA),
+        # num/(d + de) = num*rd*(1 + res) is rounded once.
         e = exp(-abs(x))
+        num = ONE if x >= ZERO else e
         d, de = _two_sum(ONE, e)
         rd = ONE / d
-        rd = _fma(rd, _fma(-rd, d, ONE) - rd * de, rd)
-        return (ONE if x >= ZERO else e) * rd
+        res = _fma(-rd, d, ONE) - rd * de
+        return _fma(num, rd, num * (rd * res))
 
     @jit
     def erf(x):
