@@ -339,7 +339,6 @@ class _LossFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, gout):
         grads = ctx.engine.backward(ctx.saved, gout)
-        ctx.saved = None
         return (None, *grads)
 
 
