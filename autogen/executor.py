@@ -267,7 +267,7 @@ def interpret(prob, order, values, phase, force_fallback=False):
         else:
             args = [values[a.digest] for a in node.args]
             prim = PRIMS[node.op]
-            if node.level == SCALAR:  # scalar epilogue arithmetic: no kernel to speak of
+            if all(a.level == SCALAR for a in node.args):  # scalar epilogue arithmetic: no kernel
                 val = prim.torch(*args)
             else:
                 levels = tuple(a.level for a in node.args)

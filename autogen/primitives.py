@@ -23,6 +23,8 @@ class Prim:
     init: Optional[str] = None     # reductions: the accumulator's initial value
     combine: Optional[str] = None  # reductions: '{acc}' combined with the element '{0}'
     units: tuple = ()              # per argument: the constant that makes op(...) the other argument
+    args: str = ""                 # argument kinds when not all float ('b' bool, 'i' index)
+    domain: tuple = (-3.0, 3.0)    # where the op is defined and smooth: the range tests sample from
 
     def infer(self, args):
         """Level and kind of this op applied to `args`."""
@@ -74,6 +76,14 @@ def _reduce_max_grad(g, out, x):
     return (g * hit / A(reduce, hit),)
 
 
+def _clampgrad(g, out, x, lo, hi):
+    # torch's clamp backward: x inside [lo, hi] gets it; lo when x < lo < hi; hi when x > hi or hi < lo
+    inside = A("where", A("ge", x, lo), A("where", A("le", x, hi), g, 0.0), 0.0)
+    below = A("where", A("lt", x, lo), A("where", A("lt", lo, hi), g, 0.0), 0.0)
+    above = A("where", A("gt", x, hi), g, A("where", A("lt", hi, lo), g, 0.0))
+    return inside, below, above
+
+
 _CMP = {"lt": ("<", torch.lt), "le": ("<=", torch.le), "gt": (">", torch.gt),
         "ge": (">=", torch.ge), "eq": ("==", torch.eq), "ne": ("!=", torch.ne)}
 
@@ -87,21 +97,23 @@ _prim("neg", 1, "elementwise", "(-{0})", torch.neg, lambda g, o, a: (-g,))
 _prim("abs", 1, "elementwise", "abs({0})", torch.abs, lambda g, o, a: (g * A("sign", a),))
 _prim("sign", 1, "elementwise", "(__one if {0} > 0 else (-__one if {0} < 0 else {0} * __zero))",
       torch.sign, _nograd, kind="f")
-_prim("sqrt", 1, "elementwise", "__np.sqrt({0})", torch.sqrt, lambda g, o, a: (g / (2.0 * o),), kind="f")
+_prim("sqrt", 1, "elementwise", "__np.sqrt({0})", torch.sqrt, lambda g, o, a: (g / (2.0 * o),), kind="f",
+      domain=(0.1, 4.0))
 _prim("pow", 2, "elementwise", "({0} ** {1})", torch.pow,
       lambda g, o, a, b: (A("where", A("eq", b, 0.0), 0.0, g * b * A("pow", a, b - 1.0)),
-                          g * o * A("log", a)), kind="f")
+                          g * o * A("log", a)), kind="f", domain=(0.2, 2.5))
 # -- transcendental: vectorizable polynomial versions from autogen.mathlib --------------------
 _prim("exp", 1, "elementwise", "__m.exp({0})", torch.exp, lambda g, o, a: (g * o,), kind="f")
-_prim("log", 1, "elementwise", "__m.log({0})", torch.log, lambda g, o, a: (g / a,), kind="f")
-_prim("log1p", 1, "elementwise", "__m.log1p({0})", torch.log1p, lambda g, o, a: (g / (1.0 + a),), kind="f")
+_prim("log", 1, "elementwise", "__m.log({0})", torch.log, lambda g, o, a: (g / a,), kind="f", domain=(0.01, 5.0))
+_prim("log1p", 1, "elementwise", "__m.log1p({0})", torch.log1p, lambda g, o, a: (g / (1.0 + a),), kind="f",
+      domain=(-0.9, 5.0))
 # -- selection -------------------------------------------------------------------------------
 _prim("maximum", 2, "elementwise", "({0} if ({0} > {1} or {0} != {0}) else {1})", torch.maximum, _maxgrad)
 _prim("minimum", 2, "elementwise", "({0} if ({0} < {1} or {0} != {0}) else {1})", torch.minimum, _maxgrad)
 _prim("where", 3, "elementwise", "({1} if {0} else {2})", torch.where,
-      lambda g, o, c, a, b: (None, A("where", c, g, 0.0), A("where", c, 0.0, g)))
-_prim("clamp", 3, "elementwise", "({1} if {0} < {1} else ({2} if {0} > {2} else {0}))", torch.clamp,
-      lambda g, o, x, lo, hi: (A("where", A("ge", x, lo), A("where", A("le", x, hi), g, 0.0), 0.0), None, None))
+      lambda g, o, c, a, b: (None, A("where", c, g, 0.0), A("where", c, 0.0, g)), args="bff")
+_prim("clamp", 3, "elementwise", "({2} if ({1} if {0} < {1} else {0}) > {2} else ({1} if {0} < {1} else {0}))",
+      torch.clamp, _clampgrad)
 for _name, (_op, _ref) in _CMP.items():
     _prim(_name, 2, "elementwise", "({0} %s {1})" % _op, _ref, _nograd, kind="b")
 # -- reductions: over the last axis (per row) and over everything ----------------------------
@@ -117,7 +129,7 @@ _prim("max_all", 1, "reduce_all", "", lambda x: x.amax(), _reduce_max_grad,
 # -- indexing: x[row, idx[row]]; its gradient is the scatter where(col == idx, g, 0) ----------
 _prim("gather", 2, "gather", "{0}[{base}{1}]",
       lambda x, i: x.expand(i.shape[0], -1).gather(-1, i),
-      lambda g, o, x, i: (A("where", A("eq", iota(), i), g, 0.0), None), kind="f")
+      lambda g, o, x, i: (A("where", A("eq", iota(), i), g, 0.0), None), kind="f", args="fi")
 _prim("iota", 0, "leaf", "(__i - __start)", None, _nograd, kind="i")
 # -- gradient control: expand(a, like) is `a` seen at the level of `like` (a broadcast cotangent);
 # detach stops the gradient; gradfix(v, x, d) is v with an extra derivative d
