@@ -1,2 +1,183 @@
-"""Handwritten fused loss kernels (filled below)."""
-FUSED = {}
+"""Handwritten fused loss kernels: the loss and its gradient in one pass, as FusedEngine does.
+
+FUSED maps a loss name to an engine factory: `supports(prob)` says whether the problem is one
+the kernel implements, `factory(prob, reason)` builds the engine (path 'handwritten'). The
+forward writes the gradients, already divided by the mean's denominator; backward only scales
+them by grad_output, in place, and skips even that when grad_output is 1.
+
+Kernels are built per dtype by closures (the float type makes every constant and the row math
+float32 for float32 data); work is split in fixed blocks, each with its own float64 partial.
+"""
+import functools
+
+import numpy as np
+import torch
+from numba import njit
+
+from autogen import decompositions as D
+from autogen import mathlib
+from autogen.codegen import _MATHLIB
+from autogen.executor import split_run
+from autogen.ir import SCALAR
+from autogen.policies import note
+
+_JIT = dict(nogil=True, fastmath=mathlib.FASTMATH, error_model="numpy", cache=True)
+_BLOCK = 1 << 14  # elements per block (one float64 partial each)
+_NP = {torch.float32: np.float32, torch.float64: np.float64}
+
+
+@functools.lru_cache(maxsize=None)
+def _ce_kernels(F, salt=_MATHLIB):
+    """Cross-entropy rows [r0, r1) of block range [lo, hi): max, sum of exp, loss, gradient."""
+    @njit(**_JIT)
+    def denominator(t, w, ignore):
+        salt  # noqa: B018 - in the closure only, to key numba's cache on mathlib
+        d = 0.0
+        for r in range(t.size):
+            if t[r] != ignore:
+                d += np.float64(w[t[r]])
+        return d
+
+    @njit(**_JIT)
+    def rows(lo, hi, x, t, w, ignore, C, rb, gscale, want_grad, grad, part):
+        salt  # noqa: B018
+        R = t.size
+        for blk in range(lo, hi):
+            acc = 0.0
+            for r in range(blk * rb, min(blk * rb + rb, R)):
+                row = x[r * C:(r + 1) * C]
+                m = F(-np.inf)
+                for j in range(C):  # NaN ignored here; it still reaches the sum below
+                    m = max(m, row[j])
+                s = F(0.0)
+                if want_grad:
+                    g = grad[r * C:(r + 1) * C]
+                    for j in range(C):
+                        e = mathlib.exp(row[j] - m)
+                        g[j] = e
+                        s += e
+                else:
+                    for j in range(C):
+                        s += mathlib.exp(row[j] - m)
+                k = t[r]
+                f = F(0.0)
+                if k != ignore:  # never read x at ignore_index
+                    wt = w[k]
+                    acc -= np.float64(wt * ((row[k] - m) - mathlib.log(s)))
+                    f = wt * gscale
+                if want_grad:  # softmax * f - onehot * f; ignored rows: softmax * 0, as torch
+                    q = f / s
+                    for j in range(C):
+                        g[j] *= q
+                    if k != ignore:
+                        g[k] -= f
+            part[blk] = acc
+
+    return denominator, rows
+
+
+@functools.lru_cache(maxsize=None)
+def _mse_kernel(F, want_x, want_t, salt=_MATHLIB):
+    """Blocks [lo, hi): sum of (x - t)^2 in float64; gradients c*(x - t) and its negative."""
+    @njit(**_JIT)
+    def kernel(lo, hi, x, y, c, gx, gy, part):
+        salt  # noqa: B018
+        n = x.size
+        for blk in range(lo, hi):
+            acc = 0.0
+            for i in range(blk * _BLOCK, min(blk * _BLOCK + _BLOCK, n)):
+                d = x[i] - y[i]
+                acc += np.float64(d * d)
+                if want_x:
+                    gx[i] = c * d
+                if want_t:
+                    gy[i] = -(c * d)
+            part[blk] = acc
+    return kernel
+
+
+class _Engine:
+    path, fused = "handwritten", True
+
+    def __init__(self, prob, reason):
+        self.prob, self.reason = prob, reason
+
+    def forward(self, tensors, needs):
+        out, grads = self.run([t.detach() for t in tensors], needs)
+        note(self.prob.graph.name, self.path, True, "forward", self.reason)
+        return out, grads
+
+    def backward(self, grads, gout):
+        note(self.prob.graph.name, self.path, True, "backward", self.reason)
+        if gout.item() != 1.0:  # the gradients are ours alone: scale them in place
+            for g in grads:
+                if g is not None:
+                    g.mul_(gout)
+        return grads
+
+
+def _empty(like, need):
+    return torch.empty_like(like) if need else None
+
+
+def _arr(t, dtype):
+    return t.numpy() if t is not None else np.empty(0, dtype=dtype)
+
+
+class CrossEntropy(_Engine):
+    """Index targets, optional class weights, no label smoothing, 'mean' or 'sum'."""
+    _graphs = {D.cross_entropy(red, weighted, False): red for red in ("mean", "sum") for weighted in (False, True)}
+
+    @classmethod
+    def supports(cls, prob):
+        g = prob.graph
+        return g.name == "cross_entropy" and g.level == SCALAR and g in cls._graphs \
+            and [x.attr for x in g.inputs] in (["input", "target"], ["input", "target", "weight"])
+
+    def run(self, tensors, needs):
+        prob = self.prob
+        F = _NP[prob.dtype]
+        x, t = tensors[0], tensors[1]
+        w = tensors[2] if len(tensors) > 2 else torch.ones(prob.C, dtype=prob.dtype)
+        R, C, ignore = prob.R, prob.C, prob.params["ignore_index"]
+        denominator, rows = _ce_kernels(F)
+        mean = self._graphs[prob.graph] == "mean"
+        denom = denominator(t.numpy(), w.numpy(), ignore) if mean else 1.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            gscale = F(np.float64(1.0) / np.float64(denom))  # inf for 0: NaN gradients, as torch's
+        grad = _empty(x, needs[0])
+        rb = max(1, _BLOCK // max(C, 1))
+        blocks = -(-R // rb)
+        part = np.empty(blocks, dtype=np.float64)
+        split_run(rows, blocks, (x.numpy(), t.numpy(), w.numpy(), ignore, C, rb, gscale, grad is not None,
+                                 _arr(grad, F), part), work=R * C)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            loss = np.float64(part.sum()) / np.float64(denom)
+        return torch.tensor(loss, dtype=prob.dtype), [grad] + [None] * (len(tensors) - 1)
+
+
+class MSE(_Engine):
+    """Unweighted, 'mean' (params scale = 1/n) or 'sum' (scale = 1)."""
+    _graphs = {D.pointwise("mse_loss", red, False) for red in ("mean", "sum")}
+
+    @classmethod
+    def supports(cls, prob):
+        g = prob.graph
+        return g.name == "mse_loss" and g.level == SCALAR and g in cls._graphs \
+            and [x.attr for x in g.inputs] == ["input", "target"]
+
+    def run(self, tensors, needs):
+        prob = self.prob
+        F = _NP[prob.dtype]
+        x, y = tensors
+        scale = prob.params["scale"]
+        gx, gy = _empty(x, needs[0]), _empty(y, needs[1])
+        kernel = _mse_kernel(F, gx is not None, gy is not None)
+        blocks = -(-prob.n // _BLOCK)
+        part = np.empty(blocks, dtype=np.float64)
+        split_run(kernel, blocks, (x.numpy(), y.numpy(), F(2.0 * scale), _arr(gx, F), _arr(gy, F), part),
+                  work=prob.n)
+        return torch.tensor(part.sum() * scale, dtype=prob.dtype), [gx, gy]
+
+
+FUSED = {"cross_entropy": CrossEntropy, "mse_loss": MSE}
