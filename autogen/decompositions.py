@@ -37,12 +37,19 @@ def pointwise(name, reduction, weighted):
         item = d * d
     elif name == "l1_loss":
         item = A("abs", d)
-    elif name == "smooth_l1_loss":  # beta == 0 is routed to l1_loss, as torch does
-        ad, beta = A("abs", d), param("beta")
-        item = A("where", A("lt", ad, beta), 0.5 * ad * ad / beta, ad - 0.5 * beta)
-    elif name == "huber_loss":
-        ad, delta = A("abs", d), param("delta")
-        item = A("where", A("lt", ad, delta), 0.5 * ad * ad, delta * (ad - 0.5 * delta))
+    elif name in ("smooth_l1_loss", "huber_loss"):
+        # torch's explicit backward (clip of d), not the derivative of the unselected branch,
+        # which is 0 * inf = nan at infinite inputs
+        ad = A("abs", d)
+        if name == "smooth_l1_loss":  # beta == 0 is routed to l1_loss, as torch does
+            beta = param("beta")
+            value = A("where", A("lt", ad, beta), 0.5 * ad * ad / beta, ad - 0.5 * beta)
+            slope = A("where", A("lt", d, -beta), -1.0, A("where", A("gt", d, beta), 1.0, d / beta))
+        else:
+            delta = param("delta")
+            value = A("where", A("lt", ad, delta), 0.5 * ad * ad, delta * (ad - 0.5 * delta))
+            slope = A("where", A("lt", d, -delta), -delta, A("where", A("gt", d, delta), delta, d))
+        item = A("gradfix", A("gradfix", A("detach", value), x, slope), t, -slope)
     else:
         raise KeyError(name)
     inputs = [x, t]

@@ -95,7 +95,7 @@ _prim("div", 2, "elementwise", "({0} / {1})", torch.div, lambda g, o, a, b: (g /
       units=(None, 1.0))
 _prim("neg", 1, "elementwise", "(-{0})", torch.neg, lambda g, o, a: (-g,))
 _prim("abs", 1, "elementwise", "abs({0})", torch.abs, lambda g, o, a: (g * A("sign", a),))
-_prim("sign", 1, "elementwise", "(__one if {0} > 0 else (-__one if {0} < 0 else {0} * __zero))",
+_prim("sign", 1, "elementwise", "(__one if {0} > 0 else (-__one if {0} < 0 else __zero))",
       torch.sign, _nograd, kind="f")
 _prim("sqrt", 1, "elementwise", "__np.sqrt({0})", torch.sqrt, lambda g, o, a: (g / (2.0 * o),), kind="f",
       domain=(0.1, 4.0))

@@ -1,0 +1,180 @@
+"""torch's semantics at the edges: dtypes, shapes, layouts, broadcasting, NaN/Inf, large inputs."""
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import autogen
+from autogen import functional as AF
+
+POINTWISE = ["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"]
+PATHS = [("aggressive", True), ("aggressive", False), ("medium", True), ("disabled", False)]
+
+
+def both(name, args, kwargs=None, pol="aggressive", use_autogen=True, gout=None):
+    kwargs = kwargs or {}
+    ours = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+    ref = getattr(TF, name)(*args, **kwargs)
+    with autogen.policy(pol):
+        out = getattr(AF, name)(*ours, **kwargs, use_autogen=use_autogen)
+        g = torch.ones_like(ref) if gout is None else gout
+        diff = [a for a in ours if a.requires_grad]
+        got = torch.autograd.grad(out, diff, g, allow_unused=True) if diff and out.requires_grad else ()
+    want = torch.autograd.grad(ref, [a for a in args if a.requires_grad], g, allow_unused=True) if got else ()
+    return out, ref, got, want
+
+
+def close(a, b, **tol):
+    assert a.dtype == b.dtype and a.shape == b.shape
+    torch.testing.assert_close(a, b, equal_nan=True, **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", POINTWISE + ["binary_cross_entropy_with_logits"])
+def test_low_precision_in_and_out(name, dtype):
+    x = torch.randn(5, 6).to(dtype).requires_grad_()
+    t = (torch.rand(5, 6) if "entropy" in name else torch.randn(5, 6)).to(dtype)
+    out, ref, got, want = both(name, [x, t])
+    close(out, ref, rtol=2e-2, atol=2e-2)
+    close(got[0], want[0], rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_low_precision_cross_entropy(dtype):
+    x = torch.randn(6, 5).to(dtype).requires_grad_()
+    t = torch.randint(0, 5, (6,))
+    out, ref, got, want = both("cross_entropy", [x, t])
+    close(out, ref, rtol=2e-2, atol=2e-2)
+    close(got[0], want[0], rtol=2e-2, atol=2e-2)
+
+
+# torch's own huber backward rejects mixed dtypes; the others promote as torch does
+@pytest.mark.parametrize("name", ["mse_loss", "l1_loss", "smooth_l1_loss", "binary_cross_entropy_with_logits"])
+def test_mixed_dtypes_promote(name):
+    x = torch.randn(4, 3, requires_grad=True)
+    t = torch.rand(4, 3, dtype=torch.float64, requires_grad=True)
+    out, ref, got, want = both(name, [x, t])
+    close(out, ref)
+    for g, w in zip(got, want):
+        close(g, w)
+
+
+@pytest.mark.parametrize("pol,use_autogen", PATHS)
+@pytest.mark.parametrize("name", POINTWISE)
+def test_broadcast_warns_and_reduces_gradients(name, pol, use_autogen):
+    x = torch.randn(6, 7, dtype=torch.float64, requires_grad=True)
+    t = torch.randn(7, dtype=torch.float64, requires_grad=True)
+    with pytest.warns(UserWarning, match="different to the input size"):
+        out, ref, got, want = both(name, [x, t], {"reduction": "sum"}, pol, use_autogen)
+    close(out, ref)
+    for g, w in zip(got, want):
+        close(g, w)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("name", POINTWISE + ["binary_cross_entropy", "binary_cross_entropy_with_logits"])
+def test_zero_dim_and_empty(name, reduction):
+    for shape in [(), (0,), (3, 0)]:
+        x = (torch.rand(shape, dtype=torch.float64) * 0.9 + 0.05).requires_grad_()
+        t = torch.rand(shape, dtype=torch.float64)
+        out, ref, got, want = both(name, [x, t], {"reduction": reduction})
+        close(out, ref)
+        for g, w in zip(got, want):
+            close(g, w)
+
+
+def test_empty_batch_cross_entropy_and_nll():
+    for name, x in [("cross_entropy", torch.randn(0, 4, dtype=torch.float64)),
+                    ("nll_loss", torch.randn(0, 4, dtype=torch.float64))]:
+        for reduction in ["none", "mean", "sum"]:
+            out, ref, _, _ = both(name, [x, torch.zeros(0, dtype=torch.long)], {"reduction": reduction})
+            close(out, ref)
+
+
+@pytest.mark.parametrize("pol,use_autogen", PATHS)
+def test_non_contiguous_and_expanded_inputs(pol, use_autogen):
+    base = torch.randn(8, 6, dtype=torch.float64)
+    x = base.t().requires_grad_()                            # transposed
+    t = torch.randn(1, 8, dtype=torch.float64).expand(6, 8)  # stride 0
+    out, ref, got, want = both("huber_loss", [x, t], {"delta": 0.7}, pol, use_autogen)
+    close(out, ref)
+    close(got[0], want[0])
+    logits = torch.randn(10, 12, dtype=torch.float64)[:, ::2].requires_grad_()  # sliced
+    target = torch.randint(0, 6, (20,))[::2]
+    out, ref, got, want = both("cross_entropy", [logits, target], {}, pol, use_autogen)
+    close(out, ref)
+    close(got[0], want[0])
+
+
+SPECIAL = torch.tensor([float("nan"), float("inf"), -float("inf"), 1e30, -1e30, 1e-40, 0.0, 100.0, -100.0],
+                       dtype=torch.float64)
+
+
+@pytest.mark.parametrize("pol,use_autogen", PATHS)
+@pytest.mark.parametrize("name", POINTWISE + ["binary_cross_entropy_with_logits"])
+def test_nan_and_inf_propagate_like_torch(name, pol, use_autogen):
+    x = SPECIAL.repeat(len(SPECIAL)).requires_grad_()
+    t = SPECIAL.repeat_interleave(len(SPECIAL))
+    if "entropy" in name:
+        t = torch.rand(len(x), dtype=torch.float64)
+    for reduction in ["none", "sum"]:
+        out, ref, got, want = both(name, [x, t], {"reduction": reduction}, pol, use_autogen)
+        close(out, ref)
+        close(got[0], want[0])
+
+
+@pytest.mark.parametrize("pol,use_autogen", PATHS)
+def test_cross_entropy_masked_and_special_logits(pol, use_autogen):
+    x = torch.randn(6, 5, dtype=torch.float64)
+    x[0, 1:] = -float("inf")   # a masked row: finite loss in torch
+    x[1, 2] = float("nan")
+    x[2, 3] = float("inf")
+    x[3] = 1e4                 # large, equal logits
+    x[4, 0] = -1e4
+    x.requires_grad_()
+    t = torch.tensor([0, 1, 2, 3, 4, 0])
+    for reduction in ["none", "sum", "mean"]:
+        out, ref, got, want = both("cross_entropy", [x, t], {"reduction": reduction}, pol, use_autogen)
+        close(out, ref)
+        close(got[0], want[0])
+
+
+@pytest.mark.parametrize("pol,use_autogen", PATHS)
+def test_large_inputs_split_over_threads(pol, use_autogen):
+    x = torch.randn(300, 512, requires_grad=True)
+    t = torch.randint(0, 512, (300,))
+    out, ref, got, want = both("cross_entropy", [x, t], {"label_smoothing": 0.1}, pol, use_autogen)
+    close(out, ref, rtol=1e-5, atol=1e-6)
+    close(got[0], want[0], rtol=1e-5, atol=1e-7)
+    a, b = torch.randn(200_000, requires_grad=True), torch.randn(200_000)
+    for name in ["mse_loss", "binary_cross_entropy_with_logits"]:
+        out, ref, got, want = both(name, [a, b.sigmoid() if "entropy" in name else b], {}, pol, use_autogen)
+        close(out, ref, rtol=1e-5, atol=1e-6)
+        close(got[0], want[0], rtol=1e-5, atol=1e-9)
+
+
+def test_grad_output_scaling_and_repeated_backward():
+    x = torch.randn(5, 4, requires_grad=True)
+    t = torch.randint(0, 4, (5,))
+    for pol in ["aggressive", "medium"]:
+        with autogen.policy(pol):
+            loss = AF.cross_entropy(x, t, use_autogen=True)
+            (g1,) = torch.autograd.grad(loss * 3.0, x, retain_graph=True)
+            (g2,) = torch.autograd.grad(loss, x)
+        (r,) = torch.autograd.grad(TF.cross_entropy(x, t), x)
+        close(g1, 3 * r)
+        close(g2, r)
+
+
+def test_only_target_requires_grad():
+    x = torch.randn(4, 3, dtype=torch.float64)
+    t = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    out, ref, got, want = both("mse_loss", [x, t])
+    close(got[0], want[0])
+
+
+def test_no_warning_for_equal_sizes():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        AF.mse_loss(torch.randn(3), torch.randn(3), use_autogen=True)
