@@ -1,0 +1,105 @@
+"""The public API: policy, record, explain, the nn modules."""
+import threading
+
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import autogen
+import autogen.nn as agnn
+from autogen import functional as AF
+
+
+def test_policy_names_and_default():
+    assert autogen.get_policy() == "medium"
+    with autogen.policy("default"):
+        assert autogen.get_policy() == "medium"
+    with pytest.raises(ValueError, match="disabled, medium, aggressive"):
+        autogen.set_policy("fast")
+    with pytest.raises(ValueError):
+        with autogen.policy("nope"):
+            pass
+
+
+def test_set_policy_is_global_and_context_is_thread_local():
+    seen = {}
+    try:
+        autogen.set_policy("disabled")
+        with autogen.policy("aggressive"):
+            t = threading.Thread(target=lambda: seen.setdefault("other", autogen.get_policy()))
+            t.start()
+            t.join()
+            seen["here"] = autogen.get_policy()
+        seen["after"] = autogen.get_policy()
+    finally:
+        autogen.set_policy("medium")
+    assert seen == {"other": "disabled", "here": "aggressive", "after": "disabled"}
+
+
+@pytest.mark.parametrize("pol,use_autogen,expected", [
+    ("medium", True, {("huber_loss", "autogen", True)}),
+    ("aggressive", True, {("huber_loss", "autogen", True)}),
+    ("disabled", True, {("fallback", False)}),
+    ("medium", False, {("autogen", False), ("handwritten", False)}),
+])
+def test_record_shows_path_per_policy(pol, use_autogen, expected):
+    x, t = torch.randn(4, 5, requires_grad=True), torch.randn(4, 5)
+    with autogen.policy(pol), autogen.record() as rec:
+        AF.huber_loss(x, t, use_autogen=use_autogen).backward()
+    if use_autogen and pol != "disabled":
+        assert {(c.op, c.path, c.fused) for c in rec.calls} == expected
+        assert [c.phase for c in rec.calls] == ["forward", "backward"]
+    else:
+        assert {(c.path, c.fused) for c in rec.calls} <= expected | {("handwritten", False)}
+        assert {c.phase for c in rec.calls} == {"forward", "backward"}
+        assert all(c.op in autogen.primitives.PRIMS for c in rec.calls)
+    assert all(c.reason for c in rec.calls)
+
+
+def test_handwritten_cross_entropy_under_medium_and_disabled():
+    x, t = torch.randn(4, 5, requires_grad=True), torch.randint(0, 5, (4,))
+    for pol in ["medium", "disabled"]:
+        with autogen.policy(pol), autogen.record() as rec:
+            AF.cross_entropy(x, t, use_autogen=True).backward()
+        assert {(c.op, c.path, c.fused) for c in rec.calls} == {("cross_entropy", "handwritten", True)}
+
+
+def test_modules_take_torch_arguments_and_use_autogen():
+    w = torch.rand(5)
+    mod = agnn.CrossEntropyLoss(weight=w, ignore_index=2, label_smoothing=0.1, reduction="sum", use_autogen=True)
+    ref = torch.nn.CrossEntropyLoss(weight=w, ignore_index=2, label_smoothing=0.1, reduction="sum")
+    assert isinstance(mod, torch.nn.CrossEntropyLoss) and mod.use_autogen
+    assert "use_autogen=True" in repr(mod)
+    assert set(mod.state_dict()) == set(ref.state_dict())
+    x, t = torch.randn(6, 5), torch.randint(0, 5, (6,))
+    torch.testing.assert_close(mod(x, t), ref(x, t))
+    assert agnn.MSELoss().use_autogen is False
+    for name in agnn.__all__:
+        ours, theirs = getattr(agnn, name)(use_autogen=True), getattr(torch.nn, name)()
+        assert type(ours).__mro__[1] is type(theirs)
+
+
+def test_modules_forward_options():
+    x, t = torch.randn(6, 3), torch.randn(6, 3)
+    torch.testing.assert_close(agnn.HuberLoss(delta=0.4, reduction="none", use_autogen=True)(x, t),
+                               TF.huber_loss(x, t, delta=0.4, reduction="none"))
+    torch.testing.assert_close(agnn.SmoothL1Loss(beta=0.2, use_autogen=True)(x, t), TF.smooth_l1_loss(x, t, beta=0.2))
+    pw = torch.rand(3)
+    torch.testing.assert_close(agnn.BCEWithLogitsLoss(pos_weight=pw, use_autogen=True)(x, t.sigmoid()),
+                               TF.binary_cross_entropy_with_logits(x, t.sigmoid(), pos_weight=pw))
+
+
+def test_explain_shows_graph_paths_and_source():
+    x, t = torch.randn(4, 6), torch.randint(0, 6, (4,))
+    with autogen.policy("aggressive"):
+        ex = autogen.explain("cross_entropy", x, t)
+    text = str(ex)
+    assert "max_row" in ex.graph and "gather" in ex.graph
+    assert any("def kernel" in src for src in ex.sources.values())
+    assert ex.calls and all(c.path == "autogen" for c in ex.calls)
+    assert "policy aggressive" in text
+    mod = agnn.HuberLoss(delta=0.5, use_autogen=True)
+    ex = autogen.explain(mod, torch.randn(3), torch.randn(3))
+    assert ex.loss == "HuberLoss" and "where" in ex.graph
+    with pytest.raises(ValueError, match="unknown loss"):
+        autogen.explain("no_such_loss", x, t)
