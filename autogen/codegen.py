@@ -55,7 +55,9 @@ def _group(node):
 def _expr(node, names, dtype):
     """Numba expression of one node, its arguments already bound to local names."""
     if node.op == "input":
-        index = {ELEM: "[__i]", COL: "[__i - __start]", ROW: "[__r]", SCALAR: "[0]"}[node.level]
+        if node.level == ELEM:  # through the row's slice: a non-negative index LLVM can vectorize
+            return f"__e_{node.attr}[__j]"
+        index = {COL: "[__j]", ROW: "[__r]", SCALAR: "[0]"}[node.level]
         return f"in_{node.attr}{index}"
     if node.op == "param":
         return f"p_{node.attr}"
@@ -122,10 +124,12 @@ def render(spec, cache=True):
     out_args = []
     for j, (n, level) in enumerate(spec.outputs):
         out_args.append(f"out_{j}")
-        if level & COL:
+        if level == COL:
+            raise ScheduleError(f"{spec.label}: output {j} would be written by every row")
+        if level == ELEM:
             if phase[n.digest] is None:
                 raise ScheduleError(f"{spec.label}: output {j} needs a whole-tensor reduction first")
-            loop(phase[n.digest])["sinks"].append((n, f"out_{j}[__i] = {names[n.digest]}"))
+            loop(phase[n.digest])["sinks"].append((n, f"__o{j}[__j] = {names[n.digest]}"))
         elif level == ROW:
             row_end.append(f"out_{j}[__r] = {names[n.digest]}")
         else:
@@ -145,7 +149,8 @@ def render(spec, cache=True):
     for k in range(nloops):
         loop(k).setdefault("body", [])
     # row-level values: each after the pass that produced its reductions
-    row_begin = []
+    row_begin = [f"__e_{n.attr} = in_{n.attr}[__start:__end]" for n in spec.inputs if n.level == ELEM]
+    row_begin += [f"__o{j} = out_{j}[__start:__end]" for j, (n, lvl) in enumerate(spec.outputs) if lvl == ELEM]
     for n in order:
         if n.level != ROW or n.post or inline(n) or _group(n) == "reduce_row":
             continue

@@ -130,7 +130,7 @@ _prim("max_all", 1, "reduce_all", "", lambda x: x.amax(), _reduce_max_grad,
 _prim("gather", 2, "gather", "{0}[{base}{1}]",
       lambda x, i: x.expand(i.shape[0], -1).gather(-1, i),
       lambda g, o, x, i: (A("where", A("eq", iota(), i), g, 0.0), None), kind="f", args="fi")
-_prim("iota", 0, "leaf", "(__i - __start)", None, _nograd, kind="i")
+_prim("iota", 0, "leaf", "__j", None, _nograd, kind="i")
 # -- gradient control: expand(a, like) is `a` seen at the level of `like` (a broadcast cotangent);
 # detach stops the gradient; gradfix(v, x, d) is v with an extra derivative d
 # with respect to x (give it detach(v) to replace v's own derivative: torch's explicit formulas)

@@ -1,0 +1,120 @@
+"""Forward+backward time of the eight losses: fused autogen vs primitive vs torch eager.
+
+Run: `make bench` (or `python benchmarks/bench_losses.py [--quick]`). Prints one table and
+writes benchmarks/results/losses.csv and .json. Ratios are measured in one run, per loss.
+"""
+import argparse
+import csv
+import json
+import math
+import os
+import statistics
+import time
+
+import torch
+import torch.nn.functional as TF
+
+import autogen
+from autogen import functional as AF
+
+
+def inputs(name, n_elems):
+    """Inputs of about n_elems elements (cross-entropy/nll as rows of 512 classes)."""
+    if name in ("cross_entropy", "nll_loss"):
+        c = 512 if n_elems >= 512 * 8 else 32
+        r = max(n_elems // c, 1)
+        x = torch.randn(r, c)
+        if name == "nll_loss":
+            x = torch.log_softmax(x, -1)
+        return [x.requires_grad_(), torch.randint(0, c, (r,))]
+    side = int(math.sqrt(n_elems))
+    x, t = torch.randn(side, side), torch.randn(side, side)
+    if name == "binary_cross_entropy":
+        x, t = x.sigmoid(), t.sigmoid()
+    elif name == "binary_cross_entropy_with_logits":
+        t = t.sigmoid()
+    return [x.requires_grad_(), t]
+
+
+def timed(fn, reps):
+    fn()  # compile / warm up
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return {"median": statistics.median(times), "p20": times[len(times) // 5], "p80": times[(4 * len(times)) // 5]}
+
+
+def fwd_bwd(fn, args):
+    def run():
+        loss = fn(*args)
+        torch.autograd.grad(loss, [args[0]])
+    return run
+
+
+VARIANTS = {
+    "eager": lambda name: getattr(TF, name),
+    "fused": lambda name: lambda *a: _under("aggressive", getattr(AF, name), a, True),
+    "default": lambda name: lambda *a: _under("medium", getattr(AF, name), a, True),
+    "primitive": lambda name: lambda *a: _under("medium", getattr(AF, name), a, False),
+}
+
+
+def _under(pol, fn, args, use_autogen):
+    with autogen.policy(pol):
+        return fn(*args, use_autogen=use_autogen)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ap.add_argument("--elems", type=int, default=1 << 22)
+    args = ap.parse_args()
+    reps = 5 if args.quick else 15
+    names = AF.__all__
+    rows = []
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, ~{args.elems:,} elements "
+          f"(cross_entropy/nll: {args.elems // 512}x512), forward+backward, median of {reps}")
+    head = (f"{'loss':34s} {'eager ms':>9s} {'fused ms':>9s} {'default':>9s} {'prim ms':>9s} "
+            f"{'eager/fused':>11s} {'prim/fused':>10s} {'eager/fused@1K':>14s}")
+    print(head)
+    print("-" * len(head))
+    for name in names:
+        big = inputs(name, args.elems)
+        small = inputs(name, 1024)
+        res = {v: timed(fwd_bwd(VARIANTS[v](name), big), reps) for v in VARIANTS}
+        small_res = {v: timed(fwd_bwd(VARIANTS[v](name), small), reps * 20) for v in ("eager", "default")}
+        row = {"loss": name, **{f"{v}_ms": res[v]["median"] * 1e3 for v in res},
+               **{f"{v}_p20_ms": res[v]["p20"] * 1e3 for v in res},
+               **{f"{v}_p80_ms": res[v]["p80"] * 1e3 for v in res},
+               "eager_over_fused": res["eager"]["median"] / res["fused"]["median"],
+               "eager_over_default": res["eager"]["median"] / res["default"]["median"],
+               "primitive_over_fused": res["primitive"]["median"] / res["fused"]["median"],
+               "eager_over_default_1k": small_res["eager"]["median"] / small_res["default"]["median"]}
+        rows.append(row)
+        print(f"{name:34s} {row['eager_ms']:9.2f} {row['fused_ms']:9.2f} {row['default_ms']:9.2f} "
+              f"{row['primitive_ms']:9.2f} {row['eager_over_fused']:10.2f}x {row['primitive_over_fused']:9.2f}x "
+              f"{row['eager_over_default_1k']:13.2f}x")
+    geo = math.exp(statistics.mean(math.log(r["eager_over_fused"]) for r in rows))
+    geo_default = math.exp(statistics.mean(math.log(r["eager_over_default"]) for r in rows))
+    geo_prim = math.exp(statistics.mean(math.log(r["primitive_over_fused"]) for r in rows))
+    print("-" * len(head))
+    print(f"geometric mean: eager/fused {geo:.2f}x, eager/default {geo_default:.2f}x, primitive/fused {geo_prim:.2f}x")
+    print("fused = autogen fused kernel (policy aggressive); default = policy medium with use_autogen=True "
+          "(handwritten kernel where one exists); prim = use_autogen=False (op by op)")
+    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "losses.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    with open(os.path.join(out, "losses.json"), "w") as f:
+        json.dump({"rows": rows, "geomean_eager_over_fused": geo, "geomean_eager_over_default": geo_default,
+                   "geomean_primitive_over_fused": geo_prim, "threads": torch.get_num_threads()}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
