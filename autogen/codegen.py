@@ -84,17 +84,21 @@ def render(spec, cache=True):
             phase[n.digest] = None
         elif group == "reduce_row":
             phase[n.digest] = phase[n.args[0].digest] + 1
+        elif group == "identity":  # only the first argument is a value; the rest steer gradients
+            phase[n.digest] = phase[n.args[0].digest]
         else:
             phase[n.digest] = max([phase[a.digest] for a in n.args], default=0)
     for n in order:
         if n.post and n.level != SCALAR:
             raise ScheduleError(f"{spec.label}: a per-element value depends on a whole-tensor reduction")
 
-    def inline(n):  # leaves other than element loads are used in place
-        return n.op in ("param", "const") or (n.op == "input" and n.level == SCALAR)
+    def inline(n):  # leaves other than element loads are used in place; identities alias their value
+        return n.op in ("param", "const") or (n.op == "input" and n.level == SCALAR) or _group(n) == "identity"
 
     for n in order:
-        if inline(n):
+        if _group(n) == "identity":
+            names[n.digest] = names[n.args[0].digest]
+        elif inline(n):
             names[n.digest] = _expr(n, names, spec.dtype)
 
     def line(n):
@@ -140,6 +144,9 @@ def render(spec, cache=True):
         need, stack = set(), [s for s, _ in lp["sinks"]]
         while stack:
             n = stack.pop()
+            if _group(n) == "identity":
+                stack.append(n.args[0])
+                continue
             if not n.level & COL or n.digest in need or inline(n):
                 continue
             need.add(n.digest)

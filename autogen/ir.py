@@ -90,7 +90,8 @@ def apply(op, *args):
         if unit is not None and args[j].op == "const" and args[j].attr == unit and other.kind == kind \
                 and other.level == level:
             return other
-    post = any(a.post for a in args) or prim.group == "reduce_all"
+    value_args = args[:1] if prim.group == "identity" else args  # identities carry only their first
+    post = any(a.post for a in value_args) or prim.group == "reduce_all"
     return _make(op, args, None, level, kind, post)
 
 

@@ -15,7 +15,9 @@ Accuracy: float32 <= 2 ulp, float64 <= 1e-14 relative; IEEE/torch semantics
 for inf, nan, overflow, underflow (subnormal results included) and log of
 subnormals.  Steps whose rounding matters (range reduction, scaling, the
 error term of ``1 + x``) are emitted by the ``@intrinsic`` helpers below
-without fast-math flags, so 'reassoc' cannot fold them away.
+with 'nsz' as their only fast-math flag, so 'reassoc' cannot fold them away.
+The functions are compiled once per dtype with FASTMATH and inlined by LLVM,
+so their flags do not depend on the calling kernel's fastmath setting.
 """
 import math
 
