@@ -78,18 +78,32 @@ def _scalar_arg(value, kind, dtype):
     return np.int64(value) if kind == "i" else (np.bool_(value) if kind == "b" else _NP[dtype](value))
 
 
+def _signature(spec, dtype):
+    """What run_spec needs from a spec, computed once: names, converters, output kinds."""
+    sig = spec.__dict__.get("_sig")
+    if sig is None or sig[0] is not dtype:
+        conv = {"i": np.int64, "b": np.bool_}
+        sig = spec._sig = (dtype, [x.attr for x in spec.inputs],
+                           [(p.attr, conv.get(p.kind, _NP[dtype])) for p in spec.params],
+                           [(level, _TORCH_KIND.get(node.kind, dtype)) for node, level in spec.outputs],
+                           len(spec.reduce_all))
+    return sig
+
+
 def run_spec(spec, prob, values):
     """Launch `spec`'s kernel; `values` maps input/param names to tensors or numbers."""
     fn = get_kernel(spec)
     n, c, r = prob.launch_dims()
-    args = [values[x.attr].detach().numpy() for x in spec.inputs]
-    args += [_scalar_arg(values[p.attr], p.kind, prob.dtype) for p in spec.params]
-    outs = []
-    for node, level in spec.outputs:
-        outs.append(torch.empty(prob.flat_size(level), dtype=_TORCH_KIND.get(node.kind, prob.dtype)))
-    part = np.empty((len(spec.reduce_all), r), dtype=np.float64)
-    _launch(fn, n, c, r, args + [o.numpy() for o in outs] + [part])
-    return [o.reshape(()) if level == SCALAR else o for o, (_, level) in zip(outs, spec.outputs)]
+    _, names, params, outputs, nparts = _signature(spec, prob.dtype)
+    args = [values[a].detach().numpy().reshape(-1) for a in names]
+    for name, conv in params:
+        v = values[name]
+        args.append(conv(v.item() if isinstance(v, torch.Tensor) else v))
+    outs = [torch.empty(prob.flat_size(level) if level else (), dtype=dt) for level, dt in outputs]
+    args += [o.numpy().reshape(-1) for o in outs]
+    args.append(np.empty((nparts, r), dtype=np.float64))
+    _launch(fn, n, c, r, args)
+    return outs
 
 
 _PAR_MIN = 1 << 15  # elements below which one thread beats handing work to others (measured)
@@ -205,9 +219,10 @@ class FusedEngine:
         outs = run_spec(plan.forward, prob, values)
         _policy.note(prob.graph.name, self.path, True, "forward", self.reason)
         if plan.in_forward:
-            grads = outs[1:1 + len(plan.wrt)]
+            grads = [g.view(tensors[i].shape) for i, g in zip(plan.wrt, outs[1:1 + len(plan.wrt)])]
             scale = outs[-1] if plan.scaled else None
             return outs[0], (plan, grads, scale)
+        values["__shapes"] = [t.shape for t in tensors]
         return outs[0], (plan, values, None)
 
     def backward(self, saved, gout):
@@ -220,8 +235,10 @@ class FusedEngine:
                 data = [g * factor for g in data]
             return _place(plan.wrt, data, len(prob.graph.inputs))
         values = dict(data)
-        values["__gout"] = gout.reshape(-1).contiguous() if gout.dim() else gout.reshape(1)
-        return _place(plan.wrt, run_spec(plan.backward, prob, values), len(prob.graph.inputs))
+        values["__gout"] = gout.contiguous()
+        shapes = values["__shapes"]
+        grads = [g.view(shapes[i]) for i, g in zip(plan.wrt, run_spec(plan.backward, prob, values))]
+        return _place(plan.wrt, grads, len(prob.graph.inputs))
 
 
 def _place(wrt, grads, count):
@@ -308,10 +325,10 @@ class PrimEngine:
         values = interpret(prob, toposort([prob.graph.loss]), self._leaves(tensors), "forward", self.force)
         out = values[prob.graph.loss.digest]
         out = out.expand(prob.layout(prob.graph.level)).reshape(-1 if prob.graph.level else ())
-        return out.contiguous(), (values, needs)
+        return out.contiguous(), (values, needs, [t.shape for t in tensors])
 
     def backward(self, saved, gout):
-        values, needs = saved
+        values, needs, shapes = saved
         prob, graph = self.prob, self.prob.graph
         wrt = [i for i, need in enumerate(needs) if need]
         gleaf = leaf_input("__gout", graph.level)
@@ -324,7 +341,7 @@ class PrimEngine:
         for i, g in zip(wrt, grads):
             x = graph.inputs[i]
             val = values[g.digest] if g is not None else torch.zeros((), dtype=prob.dtype)
-            out.append(val.expand(prob.layout(x.level)).reshape(-1).contiguous())
+            out.append(val.expand(prob.layout(x.level)).reshape(shapes[i]).contiguous())
         return _place(wrt, out, len(graph.inputs))
 
 
@@ -342,10 +359,17 @@ class _LossFunction(torch.autograd.Function):
         return (None, *grads)
 
 
+observers = []  # explain() listens here for the problems it explains
+
+
+def _capture(prob):
+    for fn in observers:
+        fn(prob)
+
+
 def execute(prob, tensors, use_autogen, handwritten=None):
     """Pick the path for this loss call under the policy, run it, record it."""
-    from .explain import capture
-    capture(prob)
+    _capture(prob)
     if use_autogen:
         path, reason = _policy.choose(handwritten is not None)
         if path == "handwritten":
@@ -356,6 +380,12 @@ def execute(prob, tensors, use_autogen, handwritten=None):
             engine = PrimEngine(prob)
     else:
         engine = PrimEngine(prob)
+    if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
+        try:  # nothing to differentiate: skip autograd's bookkeeping
+            return engine.forward(tensors, (False,) * len(tensors))[0]
+        except AutogenError as exc:
+            _warn_once(prob.graph.name, exc)
+            return PrimEngine(prob, force_fallback=True).forward(tensors, (False,) * len(tensors))[0]
     try:
         return _LossFunction.apply(engine, *tensors)
     except AutogenError as exc:

@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import functional as F
+from . import executor, functional as F
 from . import nn as agnn
 from .codegen import render
 from .policies import get_policy, record
@@ -16,6 +16,9 @@ def capture(prob):
     """Called by the executor for every loss call; explain() reads the last one."""
     if getattr(_capture, "active", False):
         _capture.problems.append(prob)
+
+
+executor.observers.append(capture)
 
 
 @dataclass

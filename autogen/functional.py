@@ -32,13 +32,25 @@ def _compute_dtype(dtype):
     return torch.float32 if dtype in _LOW else dtype
 
 
+def _canon(t, dtype):
+    """`t` contiguous in `dtype`, any shape (autograd-tracked; no op at all when already so)."""
+    if t.dtype != dtype:
+        t = t.to(dtype)
+    return t if t.is_contiguous() else t.contiguous()
+
+
 def _scale(count):
     return 1.0 / count if count else float("nan")
 
 
+_FUSED = []
+
+
 def _handwritten(name, prob):
-    from .kernels import FUSED
-    factory = FUSED.get(name)
+    if not _FUSED:
+        from .kernels import FUSED  # the kernels package imports the executor
+        _FUSED.append(FUSED)
+    factory = _FUSED[0].get(name)
     return factory if factory is not None and factory.supports(prob) else None
 
 
@@ -65,15 +77,15 @@ def _size_warning(input, target):
 def _pointwise(name, input, target, reduction, weight, use_autogen, **params):
     """Shared path of mse, l1, smooth_l1 and huber: broadcast, promote, flatten, run."""
     _floating(name, input, target, weight)
-    xb, tb = torch.broadcast_tensors(input, target)
+    xb, tb = (input, target) if input.shape == target.shape else torch.broadcast_tensors(input, target)
     if weight is not None and weight.size() != input.size():
         raise ValueError("Weights and input must have the same size.")
     dtype = torch.result_type(input, target) if weight is None else torch.promote_types(
         torch.result_type(input, target), weight.dtype)
     cdt = _compute_dtype(dtype)
-    tensors = [xb.to(cdt).reshape(-1), tb.to(cdt).reshape(-1)]
+    tensors = [_canon(xb, cdt), _canon(tb, cdt)]
     if weight is not None:
-        tensors.append(weight.expand(xb.shape).to(cdt).reshape(-1))
+        tensors.append(_canon(weight.expand(xb.shape), cdt))
     n = xb.numel()
     graph = D.pointwise(name, "none" if reduction == "none" else ("mean" if reduction == "mean" else "sum"),
                         weight is not None)
@@ -140,7 +152,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     _check_unit_interval(input, "input")
     _check_unit_interval(target, "target")
     dtype, cdt = input.dtype, _compute_dtype(input.dtype)
-    tensors = [t.to(cdt).reshape(-1) for t in (input, target, weight) if t is not None]
+    tensors = [_canon(t, cdt) for t in (input, target, weight) if t is not None]
     n = input.numel()
     graph = D.binary_cross_entropy(_kind(reduction), weight is not None)
     prob = Problem(graph, n, 0, 0, cdt, {"scale": _scale(n) if reduction == "mean" else 1.0})
@@ -165,8 +177,8 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     if torch.broadcast_shapes(shape, *[t.shape for t in extra]) != shape:
         raise RuntimeError(f"output with shape {list(shape)} doesn't match the broadcast shape")
     cdt = _compute_dtype(dtype)
-    tensors = [input.to(cdt).reshape(-1), target.to(cdt).reshape(-1)]
-    tensors += [t.expand(shape).to(cdt).reshape(-1) for t in extra]
+    tensors = [_canon(input, cdt), _canon(target, cdt)]
+    tensors += [_canon(t.expand(shape), cdt) for t in extra]
     n = input.numel()
     graph = D.binary_cross_entropy_with_logits(_kind(reduction), weight is not None, pos_weight is not None)
     prob = Problem(graph, n, 0, 0, cdt, {"scale": _scale(n) if reduction == "mean" else 1.0})
@@ -244,14 +256,14 @@ def _class_loss(op, input, target, weight, ignore_index, reduction, label_smooth
     _no_grad_weights("nll_loss_forward" if not probs else op, weight=weight)
     dtype = torch.result_type(input, target) if probs else input.dtype
     cdt = _compute_dtype(dtype)
-    x = rows.to(cdt).reshape(-1)
+    x = _canon(rows, cdt)
     R = x.numel() // C if C else rows.numel() // max(C, 1)
     smoothing = label_smoothing > 0.0
     params = {"scale": 1.0, "eps": float(label_smoothing), "eps_over_c": float(label_smoothing) / C if C else 0.0}
-    w = [weight.to(cdt)] if weight is not None else []
+    w = [_canon(weight, cdt)] if weight is not None else []
     if probs:
         t = target.movedim(1, -1) if target.dim() > 2 else target
-        tensors = [x, t.to(cdt).reshape(-1)] + w
+        tensors = [x, _canon(t, cdt)] + w
         graph = D.cross_entropy_probs(reduction, weight is not None, smoothing)
         params["scale"] = _scale(R) if reduction == "mean" else 1.0
     else:
@@ -259,7 +271,7 @@ def _class_loss(op, input, target, weight, ignore_index, reduction, label_smooth
             raise IndexError(f"Target {int(target.reshape(-1)[0])} is out of bounds.")
         _check_targets(target, C, ignore_index)
         R = target.numel()
-        tensors = [x, target.reshape(-1).long()] + w
+        tensors = [x, target.long().contiguous()] + w
         params["ignore_index"] = int(ignore_index)
         if op == "nll_loss":
             graph = D.nll_loss(reduction, weight is not None)

@@ -294,9 +294,10 @@ def _build(bits):
         x = EXP_HI if x > EXP_HI else x
         x = EXPM1_LO if x < EXPM1_LO else x
         n, p = reduce_exp(x)
-        # 2**n * (1 + p) - 1 = t*p + (t - 1); t - 1 is exact for the n where
-        # it matters, and n = 0 gives p itself (accurate near 0).  Huge n
-        # scales in a second step so t stays finite.
+        # 2**n * (1 + p) - 1 = t*p + (t - 1): n = 0 gives p itself (accurate
+        # near 0); t - 1 is exact up to n = mantissa bits + 1 and its rounding
+        # is < 1/2 ulp of the result beyond.  Huge n scales in a second step
+        # so t stays finite.
         nc = EXPM1_NC if n > EXPM1_NC else n
         t = _pow2(nc)
         return _fma(t, p, t - ONE) * _pow2(n - nc)
