@@ -16,7 +16,7 @@ import torch
 from . import policies as _policy
 from .codegen import _BLOCK, KernelSpec
 from .compiler import get_kernel
-from .errors import AutogenError, ScheduleError
+from .errors import AutogenError, CompileError, ScheduleError
 from .grad import vjp
 from .ir import COL, ELEM, ROW, SCALAR, const, input as leaf_input, param, substitute, toposort
 from .primitives import PRIMS
@@ -92,7 +92,10 @@ def _signature(spec, dtype):
 
 def run_spec(spec, prob, values):
     """Launch `spec`'s kernel; `values` maps input/param names to tensors or numbers."""
-    fn = get_kernel(spec)
+    try:
+        fn = get_kernel(spec)
+    except Exception as exc:  # noqa: BLE001 - rendering or loading failed: the caller falls back
+        raise CompileError(f"{type(exc).__name__}: {exc}") from exc
     n, c, r = prob.launch_dims()
     _, names, params, outputs, nparts = _signature(spec, prob.dtype)
     args = [values[a].detach().numpy().reshape(-1) for a in names]

@@ -1,0 +1,96 @@
+"""The machinery: hash-consed IR, kernel cache, compile failures falling back to torch."""
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import autogen
+from autogen import compiler, executor, functional as AF
+from autogen.ir import ELEM, apply, input as leaf
+
+
+def test_hash_consing_shares_equal_subgraphs():
+    x, t = leaf("x", ELEM), leaf("t", ELEM)
+    a = apply("mul", apply("sub", x, t), apply("sub", x, t))
+    b = (x - t) * (x - t)
+    assert a is b and a.digest == b.digest
+    assert a.args[0] is a.args[1]
+    assert (x * 1.0) is x and (x + 0.0) is x
+
+
+def test_options_do_not_recompile():
+    x, t = torch.randn(5, 4), torch.randn(5, 4)
+    with autogen.policy("aggressive"):
+        AF.huber_loss(x, t, delta=0.5, use_autogen=True)
+        before = len(compiler._kernels)
+        for delta in (0.1, 2.0, 7.0):
+            for reduction in ("mean", "sum"):
+                out = AF.huber_loss(x, t, delta=delta, reduction=reduction, use_autogen=True)
+                torch.testing.assert_close(out, TF.huber_loss(x, t, delta=delta, reduction=reduction))
+        AF.huber_loss(torch.randn(50, 3), torch.randn(50, 3), use_autogen=True)  # new size
+    assert len(compiler._kernels) == before
+
+
+def test_compile_failure_warns_once_and_falls_back(monkeypatch):
+    def broken(spec, cache=True):
+        raise RuntimeError("template exploded")
+
+    monkeypatch.setattr(compiler, "render", broken)
+    monkeypatch.setattr(compiler, "_kernels", {})
+    monkeypatch.setattr(executor, "_warned", set())
+    x, t = torch.randn(3, 4, requires_grad=True), torch.randn(3, 4)
+    with autogen.policy("aggressive"), warnings.catch_warnings(record=True) as caught, autogen.record() as rec:
+        warnings.simplefilter("always")
+        out = AF.smooth_l1_loss(x, t, beta=0.5, use_autogen=True)
+        out.backward()
+        AF.smooth_l1_loss(x, t, beta=0.5, use_autogen=True)
+    torch.testing.assert_close(out, TF.smooth_l1_loss(x, t, beta=0.5))
+    msgs = [str(w.message) for w in caught if "template exploded" in str(w.message)]
+    assert len(msgs) == 1 and "smooth_l1_loss" in msgs[0]
+    assert {c.path for c in rec.calls} == {"fallback"}
+
+
+def test_cache_files_are_named_by_content_and_rebuilt_when_corrupt(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOGEN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(compiler, "_kernels", {})
+    x, t = torch.randn(4, 3), torch.randn(4, 3)
+    with autogen.policy("aggressive"):
+        AF.l1_loss(x, t, use_autogen=True)
+    files = [f for f in os.listdir(tmp_path) if f.endswith(".py")]
+    assert files and all(f.startswith("k_") for f in files)
+    for f in files:  # truncate every entry: the next process must rebuild, not crash
+        with open(tmp_path / f, "w") as fh:
+            fh.write("def kernel(")
+    monkeypatch.setattr(compiler, "_kernels", {})
+    with autogen.policy("aggressive"):
+        torch.testing.assert_close(AF.l1_loss(x, t, use_autogen=True), TF.l1_loss(x, t))
+    assert "def kernel(" in (tmp_path / files[0]).read_text() and "__m" in (tmp_path / files[0]).read_text()
+
+
+def test_unwritable_cache_dir_compiles_in_memory(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("AUTOGEN_CACHE_DIR", str(blocker / "sub"))
+    monkeypatch.setattr(compiler, "_kernels", {})
+    monkeypatch.setattr(compiler, "_warned_dirs", set())
+    x, t = torch.randn(4, 3), torch.randn(4, 3)
+    with autogen.policy("aggressive"), pytest.warns(RuntimeWarning, match="compiling in memory"):
+        out = AF.mse_loss(x, t, reduction="sum", use_autogen=True)
+    torch.testing.assert_close(out, TF.mse_loss(x, t, reduction="sum"))
+
+
+def test_invalid_policy_in_environment_fails_at_import():
+    env = dict(os.environ, AUTOGEN_POLICY="turbo")
+    proc = subprocess.run([sys.executable, "-c", "import autogen"], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0 and "turbo" in proc.stderr and "aggressive" in proc.stderr
+
+
+def test_policy_from_environment():
+    env = dict(os.environ, AUTOGEN_POLICY="aggressive")
+    proc = subprocess.run([sys.executable, "-c", "import autogen; print(autogen.get_policy())"], env=env,
+                          capture_output=True, text=True)
+    assert proc.stdout.strip() == "aggressive"
