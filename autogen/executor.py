@@ -383,19 +383,19 @@ def execute(prob, tensors, use_autogen, handwritten=None):
             engine = PrimEngine(prob)
     else:
         engine = PrimEngine(prob)
-    if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
-        try:  # nothing to differentiate: skip autograd's bookkeeping
-            return engine.forward(tensors, (False,) * len(tensors))[0]
-        except AutogenError as exc:
-            _warn_once(prob.graph.name, exc)
-            return PrimEngine(prob, force_fallback=True).forward(tensors, (False,) * len(tensors))[0]
+    differentiable = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+    def run(eng):
+        if differentiable:
+            return _LossFunction.apply(eng, *tensors)
+        return eng.forward(tensors, (False,) * len(tensors))[0]  # skip autograd's bookkeeping
+
     try:
-        return _LossFunction.apply(engine, *tensors)
+        return run(engine)
     except AutogenError as exc:
         _warn_once(prob.graph.name, exc)
     except Exception as exc:  # noqa: BLE001 - numba typing/lowering errors surface at the first call
-        if type(exc).__module__.startswith("numba"):
-            _warn_once(prob.graph.name, exc)
-        else:
+        if not type(exc).__module__.startswith("numba"):
             raise
-    return _LossFunction.apply(PrimEngine(prob, force_fallback=True), *tensors)
+        _warn_once(prob.graph.name, exc)
+    return run(PrimEngine(prob, force_fallback=True))

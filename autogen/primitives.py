@@ -108,8 +108,8 @@ _prim("log", 1, "elementwise", "__m.log({0})", torch.log, lambda g, o, a: (g / a
 _prim("log1p", 1, "elementwise", "__m.log1p({0})", torch.log1p, lambda g, o, a: (g / (1.0 + a),), kind="f",
       domain=(-0.9, 5.0))
 # -- selection -------------------------------------------------------------------------------
-_prim("maximum", 2, "elementwise", "({0} if ({0} > {1} or {0} != {0}) else {1})", torch.maximum, _maxgrad)
-_prim("minimum", 2, "elementwise", "({0} if ({0} < {1} or {0} != {0}) else {1})", torch.minimum, _maxgrad)
+_prim("maximum", 2, "elementwise", "({0} if (({0} > {1}) | ({0} != {0})) else {1})", torch.maximum, _maxgrad)
+_prim("minimum", 2, "elementwise", "({0} if (({0} < {1}) | ({0} != {0})) else {1})", torch.minimum, _maxgrad)
 _prim("where", 3, "elementwise", "({1} if {0} else {2})", torch.where,
       lambda g, o, c, a, b: (None, A("where", c, g, 0.0), A("where", c, 0.0, g)), args="bff")
 _prim("clamp", 3, "elementwise", "({2} if ({1} if {0} < {1} else {0}) > {2} else ({1} if {0} < {1} else {0}))",
@@ -117,7 +117,7 @@ _prim("clamp", 3, "elementwise", "({2} if ({1} if {0} < {1} else {0}) > {2} else
 for _name, (_op, _ref) in _CMP.items():
     _prim(_name, 2, "elementwise", "({0} %s {1})" % _op, _ref, _nograd, kind="b")
 # -- reductions: over the last axis (per row) and over everything ----------------------------
-_MAXC = "({acc} if ({acc} >= {0} or {acc} != {acc}) else {0})"
+_MAXC = "({acc} if (({acc} >= {0}) | ({acc} != {acc})) else {0})"
 _prim("sum_row", 1, "reduce_row", "", lambda x: x.sum(-1, keepdim=True), lambda g, o, x: (g,),
       init="__zero", combine="({acc} + {0})")
 _prim("max_row", 1, "reduce_row", "", lambda x: x.amax(-1, keepdim=True), _reduce_max_grad,
