@@ -30,7 +30,8 @@ def _unary_kernel(op, salt=_MATHLIB):
     @njit(**_JIT)
     def kernel(lo, hi, a, out):
         salt  # noqa: B018 - in the closure only, to key numba's cache on mathlib
-        for i in range(lo, hi):
+        a, out = a[lo:hi], out[lo:hi]  # index from 0: no negative-index wraparound, so LLVM vectorizes
+        for i in range(hi - lo):
             out[i] = op(a[i])
     return kernel
 
@@ -39,18 +40,19 @@ def _binary_kernel(op, salt=_MATHLIB):
     @njit(**_JIT)
     def kernel(lo, hi, a, b, out):
         salt  # noqa: B018
-        for i in range(lo, hi):
+        a, b, out = a[lo:hi], b[lo:hi], out[lo:hi]
+        for i in range(hi - lo):
             out[i] = op(a[i], b[i])
     return kernel
 
 
 @njit(**_JIT)
 def _sum_blocks(lo, hi, a, part):
-    n = a.size
     for blk in range(lo, hi):
+        s = a[blk * _BLOCK:(blk + 1) * _BLOCK]
         acc = 0.0
-        for i in range(blk * _BLOCK, min(blk * _BLOCK + _BLOCK, n)):
-            acc += np.float64(a[i])
+        for i in range(s.size):
+            acc += np.float64(s[i])
         part[blk] = acc
 
 
