@@ -28,6 +28,30 @@ _BLOCK = 1 << 14
 _MATHLIB = hashlib.sha1(resources.files("autogen").joinpath("mathlib.py").read_bytes()).hexdigest()[:12]  # elements per block for losses without rows
 
 
+def late_set(nodes):
+    """Digests of the nodes that need a whole-tensor reduction only known after the row loop.
+
+    A sum over rows of per-row values that need no reduction themselves (summed weights of the
+    targets, say) is early: the kernel computes it in a prelude pass over the rows, so what
+    depends on it (the 1/sum(w) of a weighted mean) can be used inside the row loop.
+    """
+    late = {}
+    for n in toposort(nodes):
+        group = _group(n)
+        if group == "reduce_all":
+            arg = n.args[0]
+            early = not arg.level & COL and not any(_group(m).startswith("reduce") for m in toposort([arg]))
+            late[n.digest] = not early or late[arg.digest]
+        else:
+            value_args = n.args[:1] if group == "identity" else n.args
+            late[n.digest] = any(late[a.digest] for a in value_args)
+    return {d for d, v in late.items() if v}
+
+
+def _early(n, late):
+    return _group(n) == "reduce_all" and n.digest not in late
+
+
 class KernelSpec:
     """What one kernel computes: outputs (node, level) over the graph's inputs and params."""
 
@@ -40,7 +64,9 @@ class KernelSpec:
         self.inputs = [leaves[k] for k in sorted(leaves)]
         params = {n.attr: n for n in self.order if n.op == "param"}
         self.params = [params[k] for k in sorted(params)]
-        self.reduce_all = [n for n in self.order if _group(n) == "reduce_all"]
+        self.late = late_set(nodes)
+        # only late reductions need per-row partials; early ones are summed in the prelude
+        self.reduce_all = [n for n in self.order if _group(n) == "reduce_all" and n.digest in self.late]
         body = "|".join([__version__, numba.__version__, dtype] + [f"{n.digest}@{l}" for n, l in self.outputs])
         self.key = hashlib.sha1(body.encode()).hexdigest()[:20]
 
@@ -77,11 +103,14 @@ def render(spec, cache=True):
     order = spec.order
     idx = {n.digest: i for i, n in enumerate(order)}
     names = {n.digest: f"v{idx[n.digest]}" for n in order}
+    late = spec.late
     phase = {}
     for n in order:
         group = _group(n)
-        if n.post:
+        if n.digest in late:
             phase[n.digest] = None
+        elif group == "reduce_all":  # early: ready before the row loop
+            phase[n.digest] = 0
         elif group == "reduce_row":
             phase[n.digest] = phase[n.args[0].digest] + 1
         elif group == "identity":  # only the first argument is a value; the rest steer gradients
@@ -89,7 +118,7 @@ def render(spec, cache=True):
         else:
             phase[n.digest] = max([phase[a.digest] for a in n.args], default=0)
     for n in order:
-        if n.post and n.level != SCALAR:
+        if n.digest in late and n.level != SCALAR:
             raise ScheduleError(f"{spec.label}: a per-element value depends on a whole-tensor reduction")
 
     def inline(n):  # leaves other than element loads are used in place; identities alias their value
@@ -112,7 +141,7 @@ def render(spec, cache=True):
     row_end, post_lines = [], []
     for n in order:
         group = _group(n)
-        if group not in ("reduce_row", "reduce_all"):
+        if group not in ("reduce_row", "reduce_all") or _early(n, late):
             continue
         arg = n.args[0]
         prim = PRIMS[n.op]
@@ -159,17 +188,30 @@ def render(spec, cache=True):
     row_begin = [f"__e_{n.attr} = in_{n.attr}[__start:__end]" for n in spec.inputs if n.level == ELEM]
     row_begin += [f"__o{j} = out_{j}[__start:__end]" for j, (n, lvl) in enumerate(spec.outputs) if lvl == ELEM]
     for n in order:
-        if n.level != ROW or n.post or inline(n) or _group(n) == "reduce_row":
+        if n.level != ROW or n.digest in late or inline(n) or _group(n) == "reduce_row":
             continue
         p = phase[n.digest]
         (row_begin if p == 0 else loop(p - 1)["after"]).append(line(n))
-    pre = [line(n) for n in order if n.level == SCALAR and not n.post and not inline(n)]
+    pre = []
+    for n in order:
+        if n.level != SCALAR or n.digest in late or inline(n):
+            continue
+        if not _early(n, late):
+            pre.append(line(n))
+            continue
+        # prelude: fold the per-row values over all rows, in float64
+        prim, v, arg = PRIMS[n.op], names[n.digest], n.args[0]
+        rows = [m for m in toposort([arg]) if m.level == ROW and not inline(m)]
+        pre += [f"{v} = __np.float64({prim.init})", "for __r in range(__R):", "    __start = __r * __C"]
+        pre += [f"    {line(m)}" for m in rows]
+        pre += [f"    {v} = " + prim.combine.format(names[arg.digest], acc=v), f"{v} = __F({v})"]
     folds = []  # whole-tensor reductions: combine the per-row partials in float64
     for n in spec.reduce_all:
         prim, k, v = PRIMS[n.op], part_index[n.digest], names[n.digest]
         folds += [f"{v} = __np.float64({prim.init})", "for __q in range(__R):",
                   f"    {v} = " + prim.combine.format(f"__part[{k}, __q]", acc=v), f"{v} = __F({v})"]
-    post = folds + [line(n) for n in order if n.post and _group(n) != "reduce_all" and not inline(n)] + post_lines
+    post = folds + [line(n) for n in order if n.digest in late and _group(n) != "reduce_all" and not inline(n)]
+    post += post_lines
     args = [f"in_{n.attr}" for n in spec.inputs] + [f"p_{n.attr}" for n in spec.params] + out_args
     return _ENV.get_template("kernel.py.j2").render(
         key=spec.key, graph_comment=[spec.label, f"mathlib {_MATHLIB}"], dtype=spec.dtype,

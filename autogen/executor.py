@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from . import policies as _policy
-from .codegen import _BLOCK, KernelSpec
+from .codegen import _BLOCK, KernelSpec, late_set
 from .compiler import get_kernel
 from .errors import AutogenError, CompileError, ScheduleError
 from .grad import vjp
@@ -184,7 +184,8 @@ def fused_plan(graph, needs, dtype):
         used = {h.digest for g in present for n in toposort([g]) for h in holders if n is h}
         used_k = [k for k, h in enumerate(holders) if h.digest in used]
         mapping, scale = None, None
-        if all(cots[k] is not None and not cots[k].post for k in used_k):
+        late = late_set([c for c in cots if c is not None])
+        if all(cots[k] is not None and cots[k].digest not in late for k in used_k):
             mapping = {holders[k].digest: cots[k] for k in used_k}
         elif len(used_k) == 1:
             mapping, scale = {holders[used_k[0]].digest: const(1.0)}, cots[used_k[0]]
