@@ -150,6 +150,11 @@ def render(spec, cache=True):
             k = phase[arg.digest]
             loop(k)["init"].append(f"{acc} = {prim.init}")
             loop(k)["sinks"].append((arg, f"{acc} = " + prim.combine.format(names[arg.digest], acc=acc)))
+            if prim.aux:
+                aux = f"__x{idx[n.digest]}"
+                loop(k)["init"].append(f"{aux} = {prim.aux[0]}")
+                loop(k)["sinks"].append((arg, f"{aux} = " + prim.aux[1].format(names[arg.digest], aux=aux)))
+                loop(k)["after"].append(f"{acc} = " + prim.aux[2].format(aux=aux, acc=acc))
             if group == "reduce_all":
                 row_end.append(f"__part[{part_index[n.digest]}, __r] = {acc}")
         elif group == "reduce_all":
@@ -204,12 +209,12 @@ def render(spec, cache=True):
         rows = [m for m in toposort([arg]) if m.level == ROW and not inline(m)]
         pre += [f"{v} = __np.float64({prim.init})", "for __r in range(__R):", "    __start = __r * __C"]
         pre += [f"    {line(m)}" for m in rows]
-        pre += [f"    {v} = " + prim.combine.format(names[arg.digest], acc=v), f"{v} = __F({v})"]
+        pre += [f"    {v} = " + (prim.fold or prim.combine).format(names[arg.digest], acc=v), f"{v} = __F({v})"]
     folds = []  # whole-tensor reductions: combine the per-row partials in float64
     for n in spec.reduce_all:
         prim, k, v = PRIMS[n.op], part_index[n.digest], names[n.digest]
         folds += [f"{v} = __np.float64({prim.init})", "for __q in range(__R):",
-                  f"    {v} = " + prim.combine.format(f"__part[{k}, __q]", acc=v), f"{v} = __F({v})"]
+                  f"    {v} = " + (prim.fold or prim.combine).format(f"__part[{k}, __q]", acc=v), f"{v} = __F({v})"]
     post = folds + [line(n) for n in order if n.digest in late and _group(n) != "reduce_all" and not inline(n)]
     post += post_lines
     args = [f"in_{n.attr}" for n in spec.inputs] + [f"p_{n.attr}" for n in spec.params] + out_args

@@ -22,6 +22,8 @@ class Prim:
     kind: str = "same"    # result kind: 'f' float, 'b' bool, 'same' float if any argument is float
     init: Optional[str] = None     # reductions: the accumulator's initial value
     combine: Optional[str] = None  # reductions: '{acc}' combined with the element '{0}'
+    aux: tuple = ()                # reductions: (init, combine, final) of a side accumulator {aux}
+    fold: Optional[str] = None     # reductions: exact combine of partial results (default: combine)
     units: tuple = ()              # per argument: the constant that makes op(...) the other argument
     args: str = ""                 # argument kinds when not all float ('b' bool, 'i' index)
     domain: tuple = (-3.0, 3.0)    # where the op is defined and smooth: the range tests sample from
@@ -117,15 +119,16 @@ _prim("clamp", 3, "elementwise", "({2} if ({1} if {0} < {1} else {0}) > {2} else
 for _name, (_op, _ref) in _CMP.items():
     _prim(_name, 2, "elementwise", "({0} %s {1})" % _op, _ref, _nograd, kind="b")
 # -- reductions: over the last axis (per row) and over everything ----------------------------
+# max: llvm.maxnum vectorizes, but ignores NaN; a side flag restores torch's NaN propagation
 _MAXC = "({acc} if (({acc} >= {0}) | ({acc} != {acc})) else {0})"
+_MAX = dict(init="-__inf", combine="__m.maxnum({acc}, {0})", fold=_MAXC,
+            aux=("False", "{aux} | ({0} != {0})", "(__nan if {aux} else {acc})"))
 _prim("sum_row", 1, "reduce_row", "", lambda x: x.sum(-1, keepdim=True), lambda g, o, x: (g,),
       init="__zero", combine="({acc} + {0})")
-_prim("max_row", 1, "reduce_row", "", lambda x: x.amax(-1, keepdim=True), _reduce_max_grad,
-      init="-__inf", combine=_MAXC)
+_prim("max_row", 1, "reduce_row", "", lambda x: x.amax(-1, keepdim=True), _reduce_max_grad, **_MAX)
 _prim("sum_all", 1, "reduce_all", "", lambda x: x.sum(), lambda g, o, x: (g,),
       init="__zero", combine="({acc} + {0})")
-_prim("max_all", 1, "reduce_all", "", lambda x: x.amax(), _reduce_max_grad,
-      init="-__inf", combine=_MAXC)
+_prim("max_all", 1, "reduce_all", "", lambda x: x.amax(), _reduce_max_grad, **_MAX)
 # -- indexing: x[row, idx[row]]; its gradient is the scatter where(col == idx, g, 0) ----------
 _prim("gather", 2, "gather", "{0}[{base}{1}]",
       lambda x, i: x.expand(i.shape[0], -1).gather(-1, i),

@@ -81,3 +81,20 @@ def test_every_primitive_has_a_complete_record():
             assert p.numba
         if p.group != "leaf":
             assert callable(p.torch) and callable(p.grad)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("op", ["max_row", "max_all", "sum_row", "sum_all"])
+def test_reductions_propagate_nan_and_inf(op, dtype):
+    x = torch.randn(R, C, dtype=dtype)
+    x[0, 3] = float("nan")
+    x[1, :] = -float("inf")
+    x[2, 1] = float("inf")
+    x[3, 2] = float("nan")
+    x[3, 4] = float("inf")
+    a = leaf("a0", ELEM)
+    node = apply(op, a)
+    with autogen.policy("aggressive"):
+        got = interpret(_problem(node, dtype), [a, node], {a.digest: x}, "forward")[node.digest]
+    want = PRIMS[op].torch(x)
+    torch.testing.assert_close(got.reshape(want.shape), want, equal_nan=True)
