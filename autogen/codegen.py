@@ -65,6 +65,9 @@ class KernelSpec:
         params = {n.attr: n for n in self.order if n.op == "param"}
         self.params = [params[k] for k in sorted(params)]
         self.late = late_set(nodes)
+        # outputs that are one value per row scattered into a zero row: allocated zeroed, stored sparsely
+        self.zeroed = {j for j, (n, lvl) in enumerate(self.outputs)
+                       if lvl == ELEM and _group(n) == "scatter" and not (n.args[0].level | n.args[1].level) & COL}
         # only late reductions need per-row partials; early ones are summed in the prelude
         self.reduce_all = [n for n in self.order if _group(n) == "reduce_all" and n.digest in self.late]
         body = "|".join([__version__, numba.__version__, dtype] + [f"{n.digest}@{l}" for n, l in self.outputs])
@@ -164,7 +167,10 @@ def render(spec, cache=True):
         out_args.append(f"out_{j}")
         if level == COL:
             raise ScheduleError(f"{spec.label}: output {j} would be written by every row")
-        if level == ELEM:
+        if level == ELEM and j in spec.zeroed:
+            v, i = n.args[0], n.args[1]
+            row_end.append(f"out_{j}[__start + {names[i.digest]}] = {names[v.digest]}")
+        elif level == ELEM:
             if phase[n.digest] is None:
                 raise ScheduleError(f"{spec.label}: output {j} needs a whole-tensor reduction first")
             loop(phase[n.digest])["sinks"].append((n, f"__o{j}[__j] = {names[n.digest]}"))
@@ -191,7 +197,8 @@ def render(spec, cache=True):
         loop(k).setdefault("body", [])
     # row-level values: each after the pass that produced its reductions
     row_begin = [f"__e_{n.attr} = in_{n.attr}[__start:__end]" for n in spec.inputs if n.level == ELEM]
-    row_begin += [f"__o{j} = out_{j}[__start:__end]" for j, (n, lvl) in enumerate(spec.outputs) if lvl == ELEM]
+    row_begin += [f"__o{j} = out_{j}[__start:__end]" for j, (n, lvl) in enumerate(spec.outputs)
+                  if lvl == ELEM and j not in spec.zeroed]
     for n in order:
         if n.level != ROW or n.digest in late or inline(n) or _group(n) == "reduce_row":
             continue

@@ -85,7 +85,8 @@ def _signature(spec, dtype):
         conv = {"i": np.int64, "b": np.bool_}
         sig = spec._sig = (dtype, [x.attr for x in spec.inputs],
                            [(p.attr, conv.get(p.kind, _NP[dtype])) for p in spec.params],
-                           [(level, _TORCH_KIND.get(node.kind, dtype)) for node, level in spec.outputs],
+                           [(level, _TORCH_KIND.get(node.kind, dtype), torch.zeros if j in spec.zeroed else torch.empty)
+                            for j, (node, level) in enumerate(spec.outputs)],
                            len(spec.reduce_all))
     return sig
 
@@ -102,7 +103,7 @@ def run_spec(spec, prob, values):
     for name, conv in params:
         v = values[name]
         args.append(conv(v.item() if isinstance(v, torch.Tensor) else v))
-    outs = [torch.empty(prob.flat_size(level) if level else (), dtype=dt) for level, dt in outputs]
+    outs = [alloc(prob.flat_size(level) if level else (), dtype=dt) for level, dt, alloc in outputs]
     args += [o.numpy().reshape(-1) for o in outs]
     args.append(np.empty((nparts, r), dtype=np.float64))
     _launch(fn, n, c, r, args)

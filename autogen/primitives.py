@@ -129,10 +129,16 @@ _prim("max_row", 1, "reduce_row", "", lambda x: x.amax(-1, keepdim=True), _reduc
 _prim("sum_all", 1, "reduce_all", "", lambda x: x.sum(), lambda g, o, x: (g,),
       init="__zero", combine="({acc} + {0})")
 _prim("max_all", 1, "reduce_all", "", lambda x: x.amax(), _reduce_max_grad, **_MAX)
-# -- indexing: x[row, idx[row]]; its gradient is the scatter where(col == idx, g, 0) ----------
+# -- indexing: x[row, idx[row]]; its gradient scatters g to column idx of a zero row ---------
 _prim("gather", 2, "gather", "{0}[{base}{1}]",
       lambda x, i: x.expand(i.shape[0], -1).gather(-1, i),
-      lambda g, o, x, i: (A("where", A("eq", iota(), i), g, 0.0), None), kind="f", args="fi")
+      lambda g, o, x, i: (A("scatter", g, i, x), None), kind="f", args="fi")
+# scatter(v, idx, like): v at column idx[row], 0 elsewhere, shaped like `like`. As an output it is
+# written sparsely: a zeroed tensor and one store per row.
+_prim("scatter", 3, "scatter", "({0} if __j == {1} else __zero)",
+      lambda v, i, like: torch.where(torch.arange(like.shape[-1]).view(1, -1) == i, v,
+                                     torch.zeros((), dtype=v.dtype)),
+      lambda g, o, v, i, like: (A("where", A("eq", iota(), i), g, 0.0), None, None), kind="f", args="fif")
 _prim("iota", 0, "leaf", "__j", None, _nograd, kind="i")
 # -- gradient control: expand(a, like) is `a` seen at the level of `like` (a broadcast cotangent);
 # detach stops the gradient; gradfix(v, x, d) is v with an extra derivative d

@@ -74,7 +74,7 @@ def test_derivative_rule_matches_autograd(prim):
 
 def test_every_primitive_has_a_complete_record():
     for p in PRIMS.values():
-        assert p.group in ("elementwise", "reduce_row", "reduce_all", "gather", "identity", "leaf")
+        assert p.group in ("elementwise", "reduce_row", "reduce_all", "gather", "scatter", "identity", "leaf")
         if p.group.startswith("reduce"):
             assert p.init and p.combine
         elif p.group != "identity":
