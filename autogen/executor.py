@@ -6,6 +6,7 @@ through a handwritten, generated or torch kernel as the policy picks. fallback: 
 """
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 import warnings
 from dataclasses import dataclass, field
@@ -110,18 +111,28 @@ def run_spec(spec, prob, values):
     return outs
 
 
-_PAR_MIN = 1 << 15  # elements below which one thread beats handing work to others (measured)
+_PAR_SECONDS = 3e-4  # hand work to other threads only when one thread would take longer than
+# this: waking a pool thread cost ~140 us here (65K-element mse: 28 us on one thread, 170 us on two)
+_rates = {}          # kernel -> fastest seen seconds per element on one thread (measured as we go)
 _pool = []
 
 
-def split_run(fn, count, args, work=None):
-    """Call fn(lo, hi, *args) over [0, count) split across torch's thread count (fn must be nogil).
+def split_run(fn, count, args, work=None, key=None):
+    """Call fn(lo, hi, *args) over [0, count), split across torch's threads when that pays.
 
-    `work` (default `count`) is the total element count, used to stay on one thread when small.
+    `work` (default `count`) is the element count; whether to split is decided from the time
+    per element measured on earlier single-threaded calls of the same kernel (`key`, default fn).
     """
+    work = count if work is None else work
+    key = fn if key is None else key
+    rate = _rates.get(key)
     threads = min(torch.get_num_threads(), count)
-    if threads <= 1 or (count if work is None else work) < _PAR_MIN:
+    if threads <= 1 or rate is None or work * rate < _PAR_SECONDS:
+        t0 = time.perf_counter()
         fn(0, count, *args)
+        if work >= 4096:  # too small a call says more about overhead than about the kernel
+            seconds = (time.perf_counter() - t0) / work
+            _rates[key] = seconds if rate is None else min(rate, seconds)
         return
     if not _pool:
         _pool.append(ThreadPoolExecutor(max_workers=max(os.cpu_count() or 1, 2)))
@@ -133,12 +144,18 @@ def split_run(fn, count, args, work=None):
 
 
 def _launch(fn, n, c, r, args):
-    """Run a generated kernel's rows over threads, then its epilogue once."""
-    if n < _PAR_MIN or r <= 1 or torch.get_num_threads() <= 1:
-        fn(n, c, 0, r, r, True, *args)
+    """Run a generated kernel's rows (over threads when that pays), then its epilogue once."""
+    rate = _rates.get(fn)
+    if rate is not None and r > 1 and n * rate >= _PAR_SECONDS and torch.get_num_threads() > 1:
+        split_run(lambda lo, hi: fn(n, c, lo, hi, r, False, *args), r, (), work=n, key=fn)
+        fn(n, c, 0, 0, r, True, *args)
         return
-    split_run(lambda lo, hi: fn(n, c, lo, hi, r, False, *args), r, (), work=n)
-    fn(n, c, 0, 0, r, True, *args)
+    compiled = bool(fn.signatures)  # a first call compiles: keep it out of the timing
+    t0 = time.perf_counter()
+    fn(n, c, 0, r, r, True, *args)
+    if compiled and n >= 4096:
+        seconds = (time.perf_counter() - t0) / n
+        _rates[fn] = seconds if rate is None else min(rate, seconds)
 
 
 # -- the fused plan --------------------------------------------------------------------------

@@ -1,16 +1,53 @@
 """torch.nn.functional's losses with a `use_autogen` keyword: validate like torch, then dispatch."""
+import functools
+import os
 import warnings
 
 import torch
+import torch.nn.functional as TF
 from torch.nn import _reduction as _Reduction
 
 from . import decompositions as D
 from .executor import Problem, execute
+from .policies import get_policy, note, recording
 
 __all__ = ["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
            "binary_cross_entropy_with_logits", "cross_entropy", "nll_loss"]
 
 _LOW = (torch.float16, torch.bfloat16)
+
+
+# Below these sizes (elements of the input, forward+backward on this project's 2-core machines)
+# torch's own kernel beats any launch of ours: an empty autograd.Function alone costs what
+# eager mse does at 1K elements. Measured with `python benchmarks/bench_crossover.py`; the
+# 'aggressive' policy ignores them, and AUTOGEN_SMALL_ELEMENTS=N sets one value for all losses.
+SMALL_ELEMENTS = {"mse_loss": 1 << 17, "l1_loss": 1 << 15, "smooth_l1_loss": 1 << 19, "huber_loss": 1 << 19,
+                  "binary_cross_entropy": 1 << 13, "binary_cross_entropy_with_logits": 1 << 18,
+                  "cross_entropy": 1 << 19, "nll_loss": 1 << 22}
+if os.environ.get("AUTOGEN_SMALL_ELEMENTS"):
+    SMALL_ELEMENTS = dict.fromkeys(SMALL_ELEMENTS, int(os.environ["AUTOGEN_SMALL_ELEMENTS"]))
+
+
+def _small_to_torch(fn):
+    """Send inputs below the loss's size threshold to torch's own kernel (recorded as fallback)."""
+    name = fn.__name__
+    torch_fn = getattr(TF, name)
+
+    @functools.wraps(fn)
+    def wrapper(input, target, *args, use_autogen=False, **kwargs):
+        numel = input.numel()
+        limit = SMALL_ELEMENTS[name]
+        if numel >= limit or get_policy() == "aggressive":
+            return fn(input, target, *args, use_autogen=use_autogen, **kwargs)
+        out = torch_fn(input, target, *args, **kwargs)
+        if recording():
+            reason = f"{numel} elements < {limit}: torch's own kernel is faster at this size"
+            note(name, "fallback", False, "forward", reason)
+            if out.requires_grad:
+                out.register_hook(lambda g: note(name, "fallback", False, "backward", reason))
+        return out
+
+    return wrapper
 
 
 def _reduction(size_average, reduce, reduction):
@@ -94,18 +131,21 @@ def _pointwise(name, input, target, reduction, weight, use_autogen, **params):
     return _finish(out, reduction, xb.shape, dtype)
 
 
+@_small_to_torch
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None, *, use_autogen=False):
     _size_warning(input, target)
     reduction = _reduction(size_average, reduce, reduction)
     return _pointwise("mse_loss", input, target, reduction, weight, use_autogen)
 
 
+@_small_to_torch
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None, *, use_autogen=False):
     _size_warning(input, target)
     reduction = _reduction(size_average, reduce, reduction)
     return _pointwise("l1_loss", input, target, reduction, weight, use_autogen)
 
 
+@_small_to_torch
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0, *,
                    use_autogen=False):
     _size_warning(input, target)
@@ -117,6 +157,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
     return _pointwise("smooth_l1_loss", input, target, reduction, None, use_autogen, beta=float(beta))
 
 
+@_small_to_torch
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None, *, use_autogen=False):
     _size_warning(input, target)
     reduction = _reduction(None, None, reduction)
@@ -132,6 +173,7 @@ def _check_unit_interval(x, what):
             raise RuntimeError(f"all elements of {what} should be between 0 and 1")
 
 
+@_small_to_torch
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean", *,
                          use_autogen=False):
     reduction = _reduction(size_average, reduce, reduction)
@@ -154,12 +196,13 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     dtype, cdt = input.dtype, _compute_dtype(input.dtype)
     tensors = [_canon(t, cdt) for t in (input, target, weight) if t is not None]
     n = input.numel()
-    graph = D.binary_cross_entropy(_kind(reduction), weight is not None)
+    graph = D.binary_cross_entropy(reduction, weight is not None)
     prob = Problem(graph, n, 0, 0, cdt, {"scale": _scale(n) if reduction == "mean" else 1.0})
     out = execute(prob, tensors, use_autogen, _handwritten("binary_cross_entropy", prob))
     return _finish(out, reduction, input.shape, dtype)
 
 
+@_small_to_torch
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
                                      reduction="mean", pos_weight=None, *, use_autogen=False):
     reduction = _reduction(size_average, reduce, reduction)
@@ -180,7 +223,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     tensors = [_canon(input, cdt), _canon(target, cdt)]
     tensors += [_canon(t.expand(shape), cdt) for t in extra]
     n = input.numel()
-    graph = D.binary_cross_entropy_with_logits(_kind(reduction), weight is not None, pos_weight is not None)
+    graph = D.binary_cross_entropy_with_logits(reduction, weight is not None, pos_weight is not None)
     prob = Problem(graph, n, 0, 0, cdt, {"scale": _scale(n) if reduction == "mean" else 1.0})
     out = execute(prob, tensors, use_autogen, _handwritten(op, prob))
     return _finish(out, reduction, shape, dtype)
@@ -189,10 +232,6 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
 def _tname(dtype):
     return {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
             torch.bfloat16: "BFloat16"}.get(dtype, str(dtype))
-
-
-def _kind(reduction):
-    return reduction
 
 
 def _class_rows(op, input, target, weight, probs):
@@ -282,6 +321,7 @@ def _class_loss(op, input, target, weight, ignore_index, reduction, label_smooth
     return _finish(out, reduction, out_shape, dtype)
 
 
+@_small_to_torch
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
                   label_smoothing=0.0, *, use_autogen=False):
     reduction = _reduction(size_average, reduce, reduction)
@@ -289,6 +329,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
                        use_autogen)
 
 
+@_small_to_torch
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean", *,
              use_autogen=False):
     reduction = _reduction(size_average, reduce, reduction)

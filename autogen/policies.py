@@ -85,6 +85,11 @@ def record():
         stack.remove(rec)
 
 
+def recording():
+    """Whether a record() block is open in this thread."""
+    return bool(getattr(_local, "recorders", None))
+
+
 def note(op, path, fused, phase, reason=""):
     recorders = getattr(_local, "recorders", None)
     if recorders:

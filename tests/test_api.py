@@ -103,3 +103,21 @@ def test_explain_shows_graph_paths_and_source():
     assert ex.loss == "HuberLoss" and "where" in ex.graph
     with pytest.raises(ValueError, match="unknown loss"):
         autogen.explain("no_such_loss", x, t)
+
+
+def test_small_inputs_run_torch_below_the_threshold(monkeypatch):
+    from autogen import functional
+    monkeypatch.setattr(functional, "SMALL_ELEMENTS", dict.fromkeys(functional.SMALL_ELEMENTS, 100))
+    x, t = torch.randn(4, 5, requires_grad=True), torch.randn(4, 5)
+    for pol, path in [("medium", "fallback"), ("disabled", "fallback"), ("aggressive", "autogen")]:
+        with autogen.policy(pol), autogen.record() as rec:
+            out = AF.huber_loss(x, t, delta=0.3, use_autogen=True)
+            (g,) = torch.autograd.grad(out, x)
+        torch.testing.assert_close(out, TF.huber_loss(x, t, delta=0.3))
+        torch.testing.assert_close(g, torch.autograd.grad(TF.huber_loss(x, t, delta=0.3), x)[0])
+        assert {c.path for c in rec.calls} == {path}
+        assert [c.phase for c in rec.calls] == ["forward", "backward"]
+    big = torch.randn(200), torch.randn(200)
+    with autogen.policy("medium"), autogen.record() as rec:
+        AF.huber_loss(*big, use_autogen=True)
+    assert {c.path for c in rec.calls} == {"autogen"}
