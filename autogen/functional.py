@@ -60,7 +60,7 @@ def _reduction(size_average, reduce, reduction):
 def _floating(op, *tensors):
     for t in tensors:
         if t is not None and not (t.is_floating_point() or t.is_complex()):
-            raise NotImplementedError(f'"{op}" not implemented for \'{str(t.dtype).replace("torch.", "").title()}\'')
+            raise NotImplementedError(f'"{op}" not implemented for \'{_tname(t.dtype)}\'')
         if t is not None and t.is_complex():
             raise RuntimeError(f"{op}: complex inputs are not supported")
 
@@ -229,9 +229,14 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     return _finish(out, reduction, shape, dtype)
 
 
+_TNAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+           torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+           torch.bool: "Bool"}
+
+
 def _tname(dtype):
-    return {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
-            torch.bfloat16: "BFloat16"}.get(dtype, str(dtype))
+    """torch's C++ name of a dtype, as its error messages print it."""
+    return _TNAMES.get(dtype, str(dtype).replace("torch.", ""))
 
 
 def _class_rows(op, input, target, weight, probs):
@@ -254,8 +259,7 @@ def _class_rows(op, input, target, weight, probs):
         out_shape = input.shape[:class_dim] + input.shape[class_dim + 1:]
     else:
         if target.dtype not in (torch.int64, torch.uint8):
-            raise RuntimeError(f"expected target dtype to be Long or Byte, but got {_tname(target.dtype)}"
-                               .replace("torch.int32", "Int").replace("torch.float32", "Float"))
+            raise RuntimeError(f"expected target dtype to be Long or Byte, but got {_tname(target.dtype)}")
         if input.dim() <= 2:
             if target.dim() != max(input.dim() - 1, 0) or (input.dim() == 2 and target.dim() != 1):
                 raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
@@ -290,13 +294,13 @@ def _class_loss(op, input, target, weight, ignore_index, reduction, label_smooth
         raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
     if input.dim() == 0 and op == "cross_entropy" and not probs:
         raise RuntimeError(f"Expected floating point type for target with class probabilities, got "
-                           f"{_tname(target.dtype).replace('torch.int64', 'Long')}")
+                           f"{_tname(target.dtype)}")
     rows, C, out_shape = _class_rows(op, input, target, weight, probs)
     _no_grad_weights("nll_loss_forward" if not probs else op, weight=weight)
     dtype = torch.result_type(input, target) if probs else input.dtype
     cdt = _compute_dtype(dtype)
     x = _canon(rows, cdt)
-    R = x.numel() // C if C else rows.numel() // max(C, 1)
+    R = x.numel() // C if C else 0
     smoothing = label_smoothing > 0.0
     params = {"scale": 1.0, "eps": float(label_smoothing), "eps_over_c": float(label_smoothing) / C if C else 0.0}
     w = [_canon(weight, cdt)] if weight is not None else []
