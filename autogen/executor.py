@@ -252,15 +252,20 @@ class FusedEngine:
         prob = self.prob
         _policy.note(prob.graph.name, self.path, True, "backward", self.reason)
         if plan.in_forward:
-            factor = gout if scale is None else gout * scale
-            if factor.item() != 1.0:  # skip the extra pass in the common case loss.backward()
-                data = [g * factor for g in data]
+            data = scale_grads(data, gout if scale is None else gout * scale)
             return _place(plan.wrt, data, len(prob.graph.inputs))
         values = dict(data)
         values["__gout"] = gout.contiguous()
         shapes = values["__shapes"]
         grads = [g.view(shapes[i]) for i, g in zip(plan.wrt, run_spec(plan.backward, prob, values))]
         return _place(plan.wrt, grads, len(prob.graph.inputs))
+
+
+def scale_grads(grads, factor):
+    """Gradients written by a forward pass, times grad_output (and any deferred scale)."""
+    if factor.item() == 1.0:  # skip the extra pass in the common case loss.backward()
+        return grads
+    return [None if g is None else g * factor for g in grads]  # not in place: backward may repeat
 
 
 def _place(wrt, grads, count):

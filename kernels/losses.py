@@ -18,7 +18,7 @@ from numba import njit
 from autogen import decompositions as D
 from autogen import mathlib
 from autogen.codegen import _MATHLIB
-from autogen.executor import split_run
+from autogen.executor import scale_grads, split_run
 from autogen.ir import SCALAR
 from autogen.policies import note
 
@@ -114,9 +114,7 @@ class _Engine:
 
     def backward(self, grads, gout):
         note(self.prob.graph.name, self.path, True, "backward", self.reason)
-        if gout.item() != 1.0:  # skip the extra pass in the common case loss.backward()
-            grads = [None if g is None else g * gout for g in grads]  # not in place: backward may repeat
-        return grads
+        return scale_grads(grads, gout)
 
 
 def _empty(like, need):
