@@ -62,11 +62,17 @@ def explain(name_or_module, *example_inputs):
             out = fn(*inputs)
             if out.requires_grad:
                 out.sum().backward()
+        if not _capture.problems:  # torch ran it (small input): still show the graph we would run
+            saved = F.SMALL_ELEMENTS
+            F.SMALL_ELEMENTS = dict.fromkeys(saved, 0)
+            try:
+                with record():
+                    fn(*[t.detach() if isinstance(t, torch.Tensor) else t for t in inputs])
+            finally:
+                F.SMALL_ELEMENTS = saved
     finally:
         _capture.active = False
     probs = _capture.problems
-    if not probs:
-        return Explanation(label, get_policy(), "", rec.calls)
     prob = probs[-1]
     needs = tuple(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs[:len(prob.graph.inputs)])
     needs = needs + (False,) * (len(prob.graph.inputs) - len(needs))
