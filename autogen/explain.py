@@ -41,12 +41,12 @@ def _resolve(name_or_module):
     if isinstance(name_or_module, torch.nn.Module):
         return name_or_module, type(name_or_module).__name__
     name = str(name_or_module)
-    if hasattr(agnn, name) and name in agnn.__all__:
+    if name in agnn.LOSSES:
         return getattr(agnn, name)(use_autogen=True), name
-    if name in F.__all__:
+    if name in F.LOSSES:
         fn = getattr(F, name)
         return (lambda *a: fn(*a, use_autogen=True)), name
-    known = ", ".join(F.__all__ + agnn.__all__)
+    known = ", ".join(list(F.LOSSES) + agnn.LOSSES)
     raise ValueError(f"unknown loss {name!r}; known: {known}")
 
 

@@ -11,8 +11,8 @@ from . import decompositions as D
 from .executor import Problem, execute
 from .policies import get_policy, note, recording
 
-__all__ = ["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
-           "binary_cross_entropy_with_logits", "cross_entropy", "nll_loss"]
+LOSSES = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
+           "binary_cross_entropy_with_logits", "cross_entropy", "nll_loss")
 
 _LOW = (torch.float16, torch.bfloat16)
 
@@ -338,3 +338,104 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
              use_autogen=False):
     reduction = _reduction(size_average, reduce, reduction)
     return _class_loss("nll_loss", input, target, weight, ignore_index, reduction, 0.0, use_autogen)
+
+
+# -- nonlinearities: torch.nn.functional's signatures; the policy alone picks the path ----------
+from . import activations as _act  # noqa: E402
+
+
+def relu(input, inplace=False):
+    return _act.run("relu", input, inplace)
+
+
+def relu6(input, inplace=False):
+    return _act.run("relu6", input, inplace)
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    return _act.run("leaky_relu", input, inplace, negative_slope=negative_slope)
+
+
+def elu(input, alpha=1.0, inplace=False):
+    return _act.run("elu", input, inplace, alpha=alpha)
+
+
+def selu(input, inplace=False):
+    return _act.run("selu", input, inplace)
+
+
+def celu(input, alpha=1.0, inplace=False):
+    return _act.run("celu", input, inplace, alpha=alpha)
+
+
+def gelu(input, approximate="none"):
+    if approximate not in ("none", "tanh"):
+        raise RuntimeError("approximate argument must be either none or tanh.")
+    return _act.run("gelu", input, variant=approximate)
+
+
+def silu(input, inplace=False):
+    return _act.run("silu", input, inplace)
+
+
+def mish(input, inplace=False):
+    return _act.run("mish", input, inplace)
+
+
+def sigmoid(input):
+    return _act.run("sigmoid", input)
+
+
+def tanh(input):
+    return _act.run("tanh", input)
+
+
+def softplus(input, beta=1.0, threshold=20.0):
+    return _act.run("softplus", input, beta=beta, threshold=threshold)
+
+
+def softsign(input):
+    return _act.run("softsign", input)
+
+
+def logsigmoid(input):
+    return _act.run("logsigmoid", input)
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+    if min_val > max_val:
+        raise ValueError("min_val cannot be greater than max_val")
+    return _act.run("hardtanh", input, inplace, min_val=min_val, max_val=max_val)
+
+
+def hardsigmoid(input, inplace=False):
+    return _act.run("hardsigmoid", input, inplace)
+
+
+def hardswish(input, inplace=False):
+    return _act.run("hardswish", input, inplace)
+
+
+def hardshrink(input, lambd=0.5):
+    return _act.run("hardshrink", input, lambd=lambd)
+
+
+def softshrink(input, lambd=0.5):
+    if lambd < 0:
+        raise RuntimeError(f"lambda must be greater or equal to 0, but found to be {lambd}.")
+    return _act.run("softshrink", input, lambd=lambd)
+
+
+def tanhshrink(input):
+    return _act.run("tanhshrink", input)
+
+
+def threshold(input, threshold, value, inplace=False):
+    return _act.run("threshold", input, inplace, threshold=threshold, value=value)
+
+
+prelu = _act.prelu
+glu = _act.glu
+
+NONLINEARITIES = tuple(_act.NONLINEARITIES)
+__all__ = list(LOSSES) + list(NONLINEARITIES)

@@ -36,5 +36,37 @@ CrossEntropyLoss = _module("CrossEntropyLoss", nn.CrossEntropyLoss, F.cross_entr
                            ["reduction", "ignore_index", "label_smoothing"], ["weight"])
 NLLLoss = _module("NLLLoss", nn.NLLLoss, F.nll_loss, ["reduction", "ignore_index"], ["weight"])
 
-__all__ = ["MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss", "BCEWithLogitsLoss",
+LOSSES = ["MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss", "BCEWithLogitsLoss",
            "CrossEntropyLoss", "NLLLoss"]
+
+
+def _activation(torch_cls, fn, attrs):
+    """A subclass of torch's nonlinearity module whose forward calls our functional."""
+    def forward(self, input):
+        return fn(input, **{a: getattr(self, a) for a in attrs})
+
+    return type(torch_cls.__name__, (torch_cls,), {"forward": forward, "__module__": __name__,
+                                                   "__doc__": torch_cls.__doc__})
+
+
+_ATTRS = {"relu": ["inplace"], "relu6": ["inplace"], "leaky_relu": ["negative_slope", "inplace"],
+          "elu": ["alpha", "inplace"], "selu": ["inplace"], "celu": ["alpha", "inplace"], "gelu": ["approximate"],
+          "silu": ["inplace"], "mish": ["inplace"], "softplus": ["beta", "threshold"],
+          "hardtanh": ["min_val", "max_val", "inplace"], "hardsigmoid": ["inplace"], "hardswish": ["inplace"],
+          "hardshrink": ["lambd"], "softshrink": ["lambd"], "threshold": ["threshold", "value", "inplace"],
+          "prelu": ["weight"], "glu": ["dim"]}
+_BY_NAME = {}
+for _name, _rec in F._act.NONLINEARITIES.items():
+    _cls = _activation(getattr(nn, _rec.module), getattr(F, _name), _ATTRS.get(_name, []))
+    globals()[_rec.module] = _BY_NAME[_name] = _cls
+
+NONLINEARITIES = [rec.module for rec in F._act.NONLINEARITIES.values()]
+__all__ = LOSSES + NONLINEARITIES + ["get_nonlinearity"]
+
+
+def get_nonlinearity(name, **kwargs):
+    """The module for a config name (torch.nn.functional's: 'leaky_relu', 'gelu', ...)."""
+    cls = _BY_NAME.get(name)
+    if cls is None:
+        raise ValueError(f"unknown nonlinearity {name!r}; known: {', '.join(sorted(_BY_NAME))}")
+    return cls(**kwargs)

@@ -109,6 +109,12 @@ _prim("exp", 1, "elementwise", "__m.exp({0})", torch.exp, lambda g, o, a: (g * o
 _prim("log", 1, "elementwise", "__m.log({0})", torch.log, lambda g, o, a: (g / a,), kind="f", domain=(0.01, 5.0))
 _prim("log1p", 1, "elementwise", "__m.log1p({0})", torch.log1p, lambda g, o, a: (g / (1.0 + a),), kind="f",
       domain=(-0.9, 5.0))
+_prim("expm1", 1, "elementwise", "__m.expm1({0})", torch.expm1, lambda g, o, a: (g * (o + 1.0),), kind="f")
+_prim("tanh", 1, "elementwise", "__m.tanh({0})", torch.tanh, lambda g, o, a: (g * (1.0 - o * o),), kind="f")
+_prim("sigmoid", 1, "elementwise", "__m.sigmoid({0})", torch.sigmoid, lambda g, o, a: (g * o * (1.0 - o),),
+      kind="f")
+_prim("erf", 1, "elementwise", "__m.erf({0})", torch.erf,
+      lambda g, o, a: (g * 1.1283791670955126 * A("exp", -(a * a)),), kind="f")  # 2/sqrt(pi) e^(-a^2)
 # -- selection -------------------------------------------------------------------------------
 _prim("maximum", 2, "elementwise", "({0} if (({0} > {1}) | ({0} != {0})) else {1})", torch.maximum, _maxgrad)
 _prim("minimum", 2, "elementwise", "({0} if (({0} < {1}) | ({0} != {0})) else {1})", torch.minimum, _maxgrad)

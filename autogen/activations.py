@@ -1,0 +1,222 @@
+"""Nonlinearities: one record each, a decomposition into primitives, run as fused kernels.
+
+Piecewise functions carry torch's own derivative (gradfix of the detached value): the
+derivative of an unselected branch would be 0 * inf = nan where that branch overflows, and
+torch's backward conditions also fix what NaN inputs and the kinks get.
+"""
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from .executor import LossGraph, Problem, execute
+from .ir import ELEM, ROW, SCALAR, apply as A, input as inp, param
+
+ONE_SIXTH_F32 = 0.1666666716337204  # torch's hardsigmoid backward multiplies by 1.0f / 6.0f in every dtype
+SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
+
+def W(c, a, b):
+    return A("where", c, a, b)
+
+
+def _fixed(x, value, slope):
+    """`value` with torch's derivative `slope` with respect to x."""
+    return A("gradfix", A("detach", value), x, slope)
+
+
+def _clamped(x, lo, hi):  # hardtanh: the gradient passes strictly inside (lo, hi), not for NaN
+    return _fixed(x, A("clamp", x, lo, hi), W(A("gt", x, lo), W(A("lt", x, hi), 1.0, 0.0), 0.0))
+
+
+def _elu(x, alpha, scale=1.0, input_scale=1.0):
+    xs = x * input_scale if input_scale != 1.0 else x
+    neg = alpha * scale * A("expm1", xs)
+    slope = W(A("gt", x, 0.0), scale, alpha * scale * input_scale * A("exp", xs))  # NaN: the exp side
+    return _fixed(x, W(A("gt", x, 0.0), scale * x, neg), slope)
+
+
+def _softplus(x):  # max(x, 0) + log1p(exp(-|x|)): no overflow anywhere
+    return A("maximum", x, 0.0) + A("log1p", A("exp", -A("abs", x)))
+
+
+def _silu(x, p):  # torch's backward: s * (1 + x * (1 - s)), one factor of s (stays 1 at x = 1e30)
+    s = A("sigmoid", x)
+    return _fixed(x, x * s, s * (1.0 + x * (1.0 - s)))
+
+
+def _relu(x, p):
+    value = A("maximum", x, 0.0)
+    return _fixed(x, value, W(A("le", value, 0.0), 0.0, 1.0))
+
+
+def _gelu(x, p, approximate):
+    if approximate == "tanh":
+        inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)  # sqrt(2/pi)
+        return 0.5 * x * (1.0 + A("tanh", inner))
+    return 0.5 * x * (1.0 + A("erf", x * 0.7071067811865476))
+
+
+def _logsigmoid(x, p):
+    neg = A("lt", x, 0.0)
+    z = A("exp", -A("abs", x))
+    slope = W(neg, 1.0, 0.0) - W(neg, 1.0, -1.0) * (z / (1.0 + z))
+    return _fixed(x, A("minimum", x, 0.0) - A("log1p", z), slope)
+
+
+def _softplus_opt(x, p):
+    beta, th = p("beta"), p("threshold")
+    z = A("exp", x * beta)
+    big = A("gt", x * beta, th)
+    return _fixed(x, W(big, x, A("log1p", z) / beta), W(big, 1.0, z / (z + 1.0)))
+
+
+def _outside(x, lam):  # 1 where |x| > lambd, 0 inside and for NaN (torch's shrink gradients)
+    return W(A("lt", x, -lam), 1.0, W(A("gt", x, lam), 1.0, 0.0))
+
+
+def _softshrink(x, p):
+    lam = p("lambd")
+    value = W(A("gt", x, lam), x - lam, W(A("lt", x, -lam), x + lam, x * 0.0))  # x * 0: NaN stays NaN
+    return _fixed(x, value, _outside(x, lam))
+
+
+def _hardshrink(x, p):
+    lam = p("lambd")
+    inside = W(A("ge", x, -lam), W(A("le", x, lam), 1.0, 0.0), 0.0)
+    return _fixed(x, W(A("eq", inside, 1.0), 0.0, x), _outside(x, lam))
+
+
+def _prelu(x, p, w):  # torch's gradients: no 0 * inf from the branch not taken
+    pos = A("gt", x, 0.0)
+    value = A("gradfix", A("detach", W(pos, x, w * x)), x, W(pos, 1.0, w))
+    return A("gradfix", value, w, W(pos, 0.0, x))
+
+
+@dataclass(frozen=True)
+class Nonlinearity:
+    name: str           # torch.nn.functional's name (also the config name)
+    module: str         # torch.nn's class
+    build: callable     # (x, p) -> node, p(name) the runtime param of option `name`
+    options: tuple = () # torch's float options, in signature order
+    inplace: bool = False
+
+
+def _table(*rows):
+    return {r.name: r for r in rows}
+
+
+NONLINEARITIES = _table(
+    Nonlinearity("relu", "ReLU", _relu, inplace=True),
+    Nonlinearity("relu6", "ReLU6", lambda x, p: _fixed(  # unlike hardtanh, NaN gets no gradient
+        x, A("clamp", x, 0.0, 6.0), W(A("gt", x, 0.0), W(A("lt", x, 6.0), 1.0, 0.0), 0.0)), inplace=True),
+    Nonlinearity("leaky_relu", "LeakyReLU", lambda x, p: W(A("gt", x, 0.0), x, x * p("negative_slope")),
+                 ("negative_slope",), True),
+    Nonlinearity("elu", "ELU", lambda x, p: _elu(x, p("alpha")), ("alpha",), True),
+    Nonlinearity("selu", "SELU", lambda x, p: _elu(x, SELU_ALPHA, SELU_SCALE), inplace=True),
+    Nonlinearity("celu", "CELU", lambda x, p: _elu(x, p("alpha"), 1.0, 1.0 / p("alpha")), ("alpha",), True),
+    Nonlinearity("gelu", "GELU", _gelu),
+    Nonlinearity("silu", "SiLU", _silu, inplace=True),
+    Nonlinearity("mish", "Mish", lambda x, p: x * A("tanh", _softplus(x)), inplace=True),
+    Nonlinearity("sigmoid", "Sigmoid", lambda x, p: A("sigmoid", x)),
+    Nonlinearity("tanh", "Tanh", lambda x, p: A("tanh", x)),
+    Nonlinearity("softplus", "Softplus", _softplus_opt, ("beta", "threshold")),
+    Nonlinearity("softsign", "Softsign", lambda x, p: x / (1.0 + A("abs", x))),
+    Nonlinearity("logsigmoid", "LogSigmoid", _logsigmoid),
+    Nonlinearity("hardtanh", "Hardtanh", lambda x, p: _clamped(x, p("min_val"), p("max_val")),
+                 ("min_val", "max_val"), True),
+    Nonlinearity("hardsigmoid", "Hardsigmoid", lambda x, p: _fixed(
+        x, A("clamp", x + 3.0, 0.0, 6.0) / 6.0, W(A("gt", x, -3.0), W(A("lt", x, 3.0), ONE_SIXTH_F32, 0.0), 0.0)),
+        inplace=True),
+    Nonlinearity("hardswish", "Hardswish", lambda x, p: _fixed(
+        x, x * A("clamp", x + 3.0, 0.0, 6.0) / 6.0,
+        W(A("le", x, -3.0), 0.0, W(A("ge", x, 3.0), 1.0, x / 3.0 + 0.5))), inplace=True),
+    Nonlinearity("hardshrink", "Hardshrink", _hardshrink, ("lambd",)),
+    Nonlinearity("softshrink", "Softshrink", _softshrink, ("lambd",)),
+    Nonlinearity("tanhshrink", "Tanhshrink", lambda x, p: x - A("tanh", x)),
+    Nonlinearity("threshold", "Threshold", lambda x, p: _fixed(
+        x, W(A("le", x, p("threshold")), p("value"), x), W(A("le", x, p("threshold")), 0.0, 1.0)),
+        ("threshold", "value"), True),
+    Nonlinearity("prelu", "PReLU", None),
+    Nonlinearity("glu", "GLU", None),
+)
+
+
+@functools.lru_cache(maxsize=None)
+def graph(name, variant=None):
+    """The LossGraph of a nonlinearity (variant: gelu's approximate, prelu's weight layout)."""
+    x = inp("input", ELEM)
+    if name == "prelu":  # rows are channels: the weight is per row (or one scalar)
+        w = inp("weight", ROW if variant == "channels" else SCALAR)
+        return LossGraph(name, "row" if variant == "channels" else "flat", (x, w), _prelu(x, None, w), ELEM)
+    if name == "glu":
+        b = inp("gate", ELEM)
+        return LossGraph(name, "flat", (x, b), x * A("sigmoid", b), ELEM)
+    rec = NONLINEARITIES[name]
+    if name == "gelu":
+        out = _gelu(x, None, variant)
+    else:
+        out = rec.build(x, param)
+    return LossGraph(name, "flat", (x,), out, ELEM)
+
+
+def _handwritten(name, prob):
+    from . import kernels  # the kernels package imports the executor
+    factory = getattr(kernels, "NONLINEAR", {}).get(name)
+    return factory if factory is not None and factory.supports(prob) else None
+
+
+def _dtype(input, name):
+    if not input.is_floating_point():
+        raise NotImplementedError(f'"{name}" not implemented for \'{str(input.dtype).replace("torch.", "")}\'')
+    return torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
+
+
+def run(name, input, inplace=False, variant=None, **options):
+    """Apply nonlinearity `name` through the policy's path; torch's semantics for `inplace`."""
+    cdt = _dtype(input, name)
+    src = input
+    if inplace and torch.is_grad_enabled() and input.requires_grad:
+        src = input.clone()  # the kernel's saved input must not be the tensor we overwrite
+    x = src.to(cdt).contiguous()
+    params = {k: float(v) for k, v in options.items()}
+    params["approximate"] = variant
+    prob = Problem(graph(name, variant), x.numel(), 0, 0, cdt, params)
+    out = execute(prob, [x], True, _handwritten(name, prob)).view(input.shape).to(input.dtype)
+    if inplace:
+        return input.copy_(out)
+    return out
+
+
+def prelu(input, weight):
+    """torch.nn.functional.prelu: one weight, or one per channel (dim 1; dim 0 of a 1-D input)."""
+    cdt = _dtype(input, "prelu")
+    if weight.numel() == 1:
+        x = input.to(cdt).contiguous()
+        prob = Problem(graph("prelu", "scalar"), x.numel(), 0, 0, cdt, {})
+        w = weight.to(cdt).reshape(1)
+        return execute(prob, [x, w], True).view(input.shape).to(input.dtype)
+    ch = 1 if input.dim() >= 2 else 0
+    C = input.size(ch) if input.dim() else 1
+    if weight.dim() != 1 or weight.numel() != C:
+        raise RuntimeError(f"Mismatch of parameter numbers and input channel size. Found parameter numbers = "
+                           f"{weight.numel()} and channel size = {C}.")
+    rows = input.movedim(ch, 0)
+    shape = rows.shape
+    x = rows.to(cdt).contiguous()
+    prob = Problem(graph("prelu", "channels"), x.numel(), x.numel() // C if C else 0, C, cdt, {})
+    out = execute(prob, [x, weight.to(cdt).contiguous()], True)
+    return out.view(shape).movedim(0, ch).to(input.dtype)
+
+
+def glu(input, dim=-1):
+    cdt = _dtype(input, "glu")
+    if input.dim() == 0:
+        raise RuntimeError("glu does not support scalars because halving size must be even")
+    size = input.size(dim)
+    if size % 2:
+        raise RuntimeError(f"Halving dimension must be even, but dimension {dim % input.dim()} is size {size}")
+    a, b = input.chunk(2, dim)
+    a, b = a.to(cdt).contiguous(), b.to(cdt).contiguous()
+    prob = Problem(graph("glu"), a.numel(), 0, 0, cdt, {})
+    return execute(prob, [a, b], True).view(a.shape).to(input.dtype)

@@ -1,0 +1,193 @@
+"""Every nonlinearity x path x dtype against torch: values and gradients, kinks and extremes."""
+import pytest
+import torch
+import torch.nn.functional as TF
+from torch.testing._internal.common_methods_invocations import op_db
+
+import autogen
+import autogen.nn as agnn
+from autogen import functional as AF
+from cases import DTYPES, tolerances
+
+NAMES = list(AF.NONLINEARITIES)
+# options per nonlinearity beyond the defaults (each also runs with the defaults)
+OPTIONS = {
+    "leaky_relu": [{"negative_slope": 0.2}], "elu": [{"alpha": 0.5}], "celu": [{"alpha": 2.0}],
+    "gelu": [{"approximate": "tanh"}], "softplus": [{"beta": 2.0, "threshold": 5.0}],
+    "hardtanh": [{"min_val": -0.5, "max_val": 2.0}], "hardshrink": [{"lambd": 1.0}], "softshrink": [{"lambd": 1.0}],
+    "glu": [{"dim": 0}],
+}
+REQUIRED = {"threshold": {"threshold": 0.5, "value": -3.0}}
+PATHS = {"autogen": ("aggressive", {"autogen"}), "default": ("medium", {"autogen", "handwritten"}),
+         "disabled": ("disabled", {"handwritten", "fallback"})}
+# the kinks and extremes of every function here, plus NaN and Inf
+SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 3.0, -3.0, 6.0, 20.0, 2.0, 5.0, 10.0, -10.0, 100.0, -100.0, 1e30, -1e30,
+           1e-40, float("inf"), -float("inf"), float("nan"), 0.3, -2.5]
+
+
+def _cases():
+    for name in NAMES:
+        for opts in [{}] + OPTIONS.get(name, []):
+            yield name, {**REQUIRED.get(name, {}), **opts}
+
+
+def _inputs(name, dtype, special):
+    x = torch.randn(6, 8, dtype=dtype) * 3
+    if special:
+        vals = torch.tensor(SPECIAL, dtype=dtype)
+        x = torch.cat([vals, -vals]).reshape(6, 8)
+    args = [x.requires_grad_()]
+    if name == "prelu":
+        args.append((torch.rand(8, dtype=dtype) - 0.3).requires_grad_())
+    return args
+
+
+# torch's own answer differs by dtype here (its vectorized float32 kernels): compare elsewhere only
+TORCH_DTYPE_DEPENDENT = {("elu", "grad", "nan"), ("selu", "grad", "nan"), ("celu", "grad", "nan"),
+                         ("hardswish", "grad", "nan"), ("gelu", "value", "inf")}
+
+
+def _mask(name, what, x, dtype):
+    """Elements whose torch answer is an accident of the dtype's kernel (float32 only)."""
+    keep = torch.ones_like(x, dtype=torch.bool)
+    if dtype == torch.float32:
+        if (name, what, "nan") in TORCH_DTYPE_DEPENDENT:
+            keep &= ~x.isnan()
+        if (name, what, "inf") in TORCH_DTYPE_DEPENDENT:
+            keep &= ~x.isinf()
+    return keep
+
+
+@pytest.mark.parametrize("special", [False, True], ids=["random", "special"])
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name,opts", list(_cases()), ids=[f"{n}-{'-'.join(map(str, o.values())) or 'default'}"
+                                                          for n, o in _cases()])
+def test_matches_torch(name, opts, dtype, path, special):
+    pol, allowed = PATHS[path]
+    args = _inputs(name, dtype, special)
+    ours_args = [a.detach().clone().requires_grad_() for a in args]
+    ref = getattr(TF, name)(*args, **opts)
+    gout = torch.rand_like(ref) + 0.5
+    want = torch.autograd.grad(ref, args, gout)
+    with autogen.policy(pol), autogen.record() as rec:
+        out = getattr(AF, name)(*ours_args, **opts)
+        got = torch.autograd.grad(out, ours_args, gout)
+    tol = tolerances(dtype)
+    x = args[0].detach()
+    keep = _mask(name, "value", x, dtype) if out.shape == x.shape else torch.ones_like(out, dtype=torch.bool)
+    torch.testing.assert_close(out[keep], ref[keep], equal_nan=True, **tol)
+    for g, w, a in zip(got, want, args):
+        keep = _mask(name, "grad", a.detach(), dtype)
+        torch.testing.assert_close(g[keep], w[keep], equal_nan=True, **tol)
+    assert rec.calls and {c.path for c in rec.calls} <= allowed
+    assert {c.phase for c in rec.calls} == {"forward", "backward"}
+
+
+@pytest.mark.parametrize("name", ["relu", "gelu", "silu"])
+def test_handwritten_kernels_under_medium(name):
+    x = torch.randn(50, requires_grad=True)
+    with autogen.policy("medium"), autogen.record() as rec:
+        AF.__dict__[name](x).sum().backward()
+    assert {(c.op, c.path) for c in rec.calls} == {(name, "handwritten")}
+    with autogen.policy("aggressive"), autogen.record() as rec:
+        AF.__dict__[name](x).sum().backward()
+    assert {(c.op, c.path) for c in rec.calls} == {(name, "autogen")}
+
+
+@pytest.mark.parametrize("name", ["elu", "gelu", "mish", "softplus", "logsigmoid", "prelu", "glu", "hardswish"])
+def test_gradcheck_float64(name):
+    args = _inputs(name, torch.float64, False)
+    with autogen.policy("aggressive"):
+        assert torch.autograd.gradcheck(lambda *a: getattr(AF, name)(*a), args, eps=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if AF._act.NONLINEARITIES[n].inplace])
+def test_inplace_like_torch(name):
+    opts = REQUIRED.get(name, {})
+    base = torch.randn(4, 5, requires_grad=True)
+    ref_in, our_in = base * 1.0, base * 1.0  # non-leaf, so in place is allowed
+    ref = getattr(TF, name)(ref_in, inplace=True, **opts)
+    with autogen.policy("aggressive"):
+        out = getattr(AF, name)(our_in, inplace=True, **opts)
+    assert out is our_in
+    torch.testing.assert_close(our_in, ref_in)
+    (g_ref,) = torch.autograd.grad(ref.sum(), base)
+    (g_our,) = torch.autograd.grad(out.sum(), base)
+    torch.testing.assert_close(g_our, g_ref)
+    leaf = torch.randn(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="in-place"):
+        getattr(AF, name)(leaf, inplace=True, **opts)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", ["relu", "gelu", "silu", "tanh", "softplus", "hardswish"])
+def test_low_precision_and_layouts(name, dtype):
+    x = torch.randn(8, 6).to(dtype).t().requires_grad_()  # non-contiguous too
+    out = getattr(AF, name)(x)
+    ref = getattr(TF, name)(x)
+    assert out.dtype == dtype and out.shape == ref.shape
+    torch.testing.assert_close(out, ref, rtol=1e-2, atol=1e-2)
+    empty = getattr(AF, name)(torch.empty(0, 3))
+    assert empty.shape == (0, 3)
+
+
+def test_get_nonlinearity_and_modules():
+    mod = agnn.get_nonlinearity("leaky_relu", negative_slope=0.3)
+    assert isinstance(mod, torch.nn.LeakyReLU) and mod.negative_slope == 0.3
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(mod(x), TF.leaky_relu(x, 0.3))
+    with pytest.raises(ValueError, match="gelu"):
+        agnn.get_nonlinearity("swish2")
+    for name in NAMES:
+        assert isinstance(agnn.get_nonlinearity(name, **REQUIRED.get(name, {})), torch.nn.Module)
+    p = agnn.PReLU(num_parameters=3)
+    y = torch.randn(2, 3, 4, requires_grad=True)
+    p(y).sum().backward()
+    ref = torch.nn.PReLU(num_parameters=3)
+    ref(y).sum().backward()
+    torch.testing.assert_close(p.weight.grad, ref.weight.grad)
+
+
+def test_bad_inputs_like_torch():
+    for bad in [lambda F: F.gelu(torch.randn(3), approximate="fast"),
+                lambda F: F.glu(torch.randn(3)),
+                lambda F: F.hardtanh(torch.randn(3), 2.0, 1.0),
+                lambda F: F.softshrink(torch.randn(3), -1.0),
+                lambda F: F.prelu(torch.randn(2, 3), torch.rand(4)),
+                lambda F: F.relu(torch.ones(3, dtype=torch.long) * 1.5 if False else torch.ones(3, dtype=torch.int64))]:
+        try:
+            bad(TF)
+            raised = None
+        except Exception as exc:  # noqa: BLE001
+            raised = type(exc)
+        if raised is None:
+            continue  # torch accepts it (integer relu): nothing to compare
+        with pytest.raises(raised):
+            bad(AF)
+
+
+OPINFO = {op.name.split(".")[-1]: op for op in op_db
+          if op.name.split(".")[-1] in NAMES and op.name.startswith(("nn.functional.", "sigmoid", "tanh"))
+          and op.variant_test_name == ""}
+
+
+@pytest.mark.parametrize("name", sorted(OPINFO))
+def test_opinfo_samples(name):
+    op = OPINFO[name]
+    for sample in op.sample_inputs("cpu", torch.float64, requires_grad=True):
+        kwargs = dict(sample.kwargs)
+        if kwargs.get("inplace"):
+            continue
+        ref = op.op(sample.input, *sample.args, **kwargs)
+        with autogen.policy("aggressive"):
+            out = getattr(AF, name)(sample.input, *sample.args, **kwargs)
+        torch.testing.assert_close(out, ref, equal_nan=True, msg=lambda m: f"{sample}: {m}")
+        tensors = [t for t in [sample.input, *sample.args] if isinstance(t, torch.Tensor) and t.requires_grad]
+        if ref.requires_grad and tensors:
+            gout = torch.rand_like(ref)
+            want = torch.autograd.grad(ref, tensors, gout, allow_unused=True)
+            got = torch.autograd.grad(out, tensors, gout, allow_unused=True)
+            for g, w in zip(got, want):
+                if w is not None:
+                    torch.testing.assert_close(g, w, equal_nan=True, msg=lambda m: f"{sample}: {m}")
