@@ -1,4 +1,5 @@
-"""Forward+backward time of the eight losses: fused autogen vs primitive vs torch eager.
+"""Forward+backward time of the losses (fused autogen vs primitive vs torch eager) and of the
+nonlinearities (autogen vs handwritten vs torch eager).
 
 Run: `make bench` (or `python benchmarks/bench_losses.py [--quick]`). Prints one table and
 writes benchmarks/results/losses.csv and .json. Ratios are measured in one run, per loss.
@@ -49,9 +50,13 @@ def timed(fn, reps):
 
 
 def fwd_bwd(fn, args):
+    grad_out = []
+
     def run():
-        loss = fn(*args)
-        torch.autograd.grad(loss, [args[0]])
+        out = fn(*args)
+        if not grad_out:
+            grad_out.append(torch.ones_like(out))
+        torch.autograd.grad(out, [args[0]], grad_out[0])
     return run
 
 
@@ -111,9 +116,57 @@ def main():
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+    nl_rows, nl_geo = bench_nonlinearities(args.elems, reps)
+    with open(os.path.join(out, "nonlinearities.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(nl_rows[0]))
+        w.writeheader()
+        w.writerows(nl_rows)
     with open(os.path.join(out, "losses.json"), "w") as f:
         json.dump({"rows": rows, "geomean_eager_over_fused": geo, "geomean_eager_over_default": geo_default,
-                   "geomean_primitive_over_fused": geo_prim, "threads": torch.get_num_threads()}, f, indent=1)
+                   "geomean_primitive_over_fused": geo_prim, "threads": torch.get_num_threads(),
+                   "nonlinearities": nl_rows, "geomean_eager_over_autogen_nonlinearities": nl_geo}, f, indent=1)
+
+
+def nonlinearity_args(name, n_elems):
+    x = torch.randn(n_elems // 512, 512, requires_grad=True)
+    if name == "prelu":
+        return [x, torch.rand(512, requires_grad=True)]
+    return [x]
+
+
+NL_OPTIONS = {"threshold": {"threshold": 0.1, "value": 0.0}}
+
+
+def bench_nonlinearities(n_elems, reps):
+    def make(fn, name, pol):
+        opts = NL_OPTIONS.get(name, {})
+        if pol is None:
+            return lambda *a: fn(*a, **opts)
+        return lambda *a: _under_policy(pol, lambda: fn(*a, **opts))
+
+    print()
+    print(f"nonlinearities, ~{n_elems:,} elements, forward+backward, median of {reps}")
+    head = f"{'nonlinearity':14s} {'eager ms':>9s} {'autogen ms':>10s} {'default ms':>10s} {'eager/autogen':>13s}"
+    print(head)
+    print("-" * len(head))
+    rows = []
+    for name in AF.NONLINEARITIES:
+        args = nonlinearity_args(name, n_elems)
+        eager = timed(fwd_bwd(make(getattr(TF, name), name, None), args), reps)["median"]
+        auto = timed(fwd_bwd(make(getattr(AF, name), name, "aggressive"), args), reps)["median"]
+        default = timed(fwd_bwd(make(getattr(AF, name), name, "medium"), args), reps)["median"]
+        rows.append({"nonlinearity": name, "eager_ms": eager * 1e3, "autogen_ms": auto * 1e3,
+                     "default_ms": default * 1e3, "eager_over_autogen": eager / auto})
+        print(f"{name:14s} {eager * 1e3:9.2f} {auto * 1e3:10.2f} {default * 1e3:10.2f} {eager / auto:12.2f}x")
+    geo = math.exp(statistics.mean(math.log(r["eager_over_autogen"]) for r in rows))
+    print("-" * len(head))
+    print(f"geometric mean eager/autogen {geo:.2f}x (default = policy medium: handwritten relu, gelu, silu)")
+    return rows, geo
+
+
+def _under_policy(pol, fn):
+    with autogen.policy(pol):
+        return fn()
 
 
 if __name__ == "__main__":
