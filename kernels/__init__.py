@@ -5,3 +5,4 @@ FUSED: loss name -> engine factory with `supports(problem)`; see kernels/losses.
 """
 from .elementwise import PRIMITIVES  # noqa: F401
 from .losses import FUSED  # noqa: F401
+from .nonlinear import NONLINEAR  # noqa: F401

@@ -1,0 +1,222 @@
+"""Handwritten kernels for three nonlinearities: relu, gelu ('none' and 'tanh'), silu.
+
+NONLINEAR maps a name to an engine factory, as FUSED does for losses: `supports(prob)` says
+whether the problem is one the kernels implement, `factory(prob, reason)` builds the engine
+(path 'handwritten'). forward(tensors, needs) -> (out, saved) writes the value only and saves x
+(the caller's tensor, no copy); backward(saved, gout) -> [grad] recomputes the derivative from x
+and multiplies by grad_output in the same pass (out of place: backward may run again).
+
+The formulas are those of torch's CPU kernels (ATen's), so NaN/Inf and the kinks come out as
+torch's do: relu's gradient is grad_output where not x <= 0 (so a NaN input passes it, as
+threshold_backward does); gelu's and silu's overflow to 0 * inf = NaN exactly where torch's do.
+torch's float32 gelu (approximate='none') goes through oneDNN for contiguous inputs of more than
+one element: its own erf (values within ~1e-6 of these), and NaN at +inf, which the float32
+kernel copies (float64 and a single element: +inf, ATen's).
+
+Kernels are built per dtype by closures (every constant is of the data's float type, so float32
+data gets float32 math) and run over fixed blocks of elements, split across threads by split_run.
+"""
+import functools
+import math
+
+import numpy as np
+import torch
+from numba import njit
+
+from autogen import mathlib
+from autogen.codegen import _MATHLIB
+from autogen.executor import split_run
+from autogen.policies import note
+
+_JIT = dict(nogil=True, fastmath=mathlib.FASTMATH, error_model="numpy", cache=True)
+_BLOCK = 1 << 14  # elements per block
+_NP = {torch.float32: np.float32, torch.float64: np.float64}
+
+# torch's constants, from the same double expressions (then rounded to the data's type)
+_SQRT1_2 = math.sqrt(0.5)                                   # M_SQRT1_2
+_PDF = (2.0 / math.sqrt(math.pi)) * math.sqrt(0.5) * 0.5    # M_2_SQRTPI * M_SQRT1_2 * 0.5 = 1/sqrt(2 pi)
+_BETA = math.sqrt(2.0) * (2.0 / math.sqrt(math.pi)) * 0.5   # M_SQRT2 * M_2_SQRTPI * 0.5 = sqrt(2/pi)
+_KAPPA = 0.044715
+
+
+@functools.lru_cache(maxsize=None)
+def _relu_kernels(F, salt=_MATHLIB):
+    """relu(x) = x < 0 ? 0 : x (-0.0 and NaN pass, as torch's); gradient g where not x <= 0."""
+    ZERO = F(0.0)
+
+    @njit(**_JIT)
+    def forward(lo, hi, x, out):
+        salt  # noqa: B018 - in the closure only, to key numba's cache on mathlib
+        for blk in range(lo, hi):
+            s, e = blk * _BLOCK, min(blk * _BLOCK + _BLOCK, x.size)
+            xs, ys = x[s:e], out[s:e]  # indices from 0: no wraparound check, the loop vectorizes
+            for i in range(e - s):
+                v = xs[i]
+                ys[i] = ZERO if v < ZERO else v
+
+    @njit(**_JIT)
+    def backward(lo, hi, x, gout, grad):
+        salt  # noqa: B018
+        for blk in range(lo, hi):
+            s, e = blk * _BLOCK, min(blk * _BLOCK + _BLOCK, x.size)
+            xs, gs, rs = x[s:e], gout[s:e], grad[s:e]
+            for i in range(e - s):
+                rs[i] = ZERO if xs[i] <= ZERO else gs[i]  # a select: g = inf or NaN still gives 0
+    return forward, backward
+
+
+@functools.lru_cache(maxsize=None)
+def _gelu_kernels(F, tanh, salt=_MATHLIB):
+    """gelu: 0.5 x (1 + erf(x / sqrt 2)), or 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    ZERO, HALF, ONE, MHALF = F(0.0), F(0.5), F(1.0), F(-0.5)
+    ALPHA, PDF, BETA, KAPPA = F(_SQRT1_2), F(_PDF), F(_BETA), F(_KAPPA)
+    BETA3K = BETA * (F(3.0) * KAPPA)
+    INF, NAN = F(np.inf), F(np.nan)
+    INF_NAN = not tanh and F is np.float32  # torch's float32 erf gelu (oneDNN): NaN at +inf
+    # torch's vectorized tanh (Sleef) is +-1 beyond these, a little before it rounds to +-1: so
+    # 1 + t and 1 - t^2 are 0 (a -0.0 value, a 0 gradient) exactly where torch's are
+    SAT = F(8.664339742 if F is np.float32 else 18.714973875)
+
+    @njit(**_JIT)
+    def forward(lo, hi, x, out):
+        salt  # noqa: B018
+        for blk in range(lo, hi):
+            s, e = blk * _BLOCK, min(blk * _BLOCK + _BLOCK, x.size)
+            xs, ys = x[s:e], out[s:e]
+            for i in range(e - s):
+                v = xs[i]
+                if tanh:
+                    u = BETA * (v + KAPPA * (v * v * v))
+                    t = mathlib.tanh(u)
+                    t = ONE if u > SAT else (-ONE if u < -SAT else t)
+                    y = HALF * v * (ONE + t)
+                else:
+                    y = v * HALF * (ONE + mathlib.erf(v * ALPHA))
+                    if INF_NAN:
+                        y = NAN if v == INF else y
+                ys[i] = y
+
+    @njit(**_JIT)
+    def backward(lo, hi, x, gout, grad):
+        salt  # noqa: B018
+        for blk in range(lo, hi):
+            s, e = blk * _BLOCK, min(blk * _BLOCK + _BLOCK, x.size)
+            xs, gs, rs = x[s:e], gout[s:e], grad[s:e]
+            for i in range(e - s):
+                v = xs[i]
+                if tanh:
+                    # torch: 0.5 (1 + t) + 0.5 x (1 - t^2) beta (1 + 3 kappa x^2). Where t is +-1 the
+                    # second term is 0, or NaN where x^2 overflows (0 * inf): selected, so that
+                    # reassociation cannot overflow a partial product of finite factors into NaN
+                    sq = v * v
+                    u = BETA * (v + KAPPA * (sq * v))
+                    t = mathlib.tanh(u)
+                    t = ONE if u > SAT else (-ONE if u < -SAT else t)
+                    dt = ONE - t * t
+                    r = (HALF * v) * (dt * (BETA + BETA3K * sq))
+                    r = (ZERO if sq < INF else NAN) if dt == ZERO else r
+                    d = HALF * (ONE + t) + r
+                else:
+                    # torch: cdf + x pdf; x pdf is 0 * inf = NaN at +-inf only
+                    d = HALF * (ONE + mathlib.erf(v * ALPHA)) + v * (PDF * mathlib.exp(v * v * MHALF))
+                rs[i] = gs[i] * d
+    return forward, backward
+
+
+@functools.lru_cache(maxsize=None)
+def _silu_kernels(F, salt=_MATHLIB):
+    """silu(x) = x sigmoid(x), gradient s (1 + x (1 - s)), in torch's form: x / (1 + exp(-x)) and
+    s = 1 / (1 + exp(-x)), so exp(-x) = inf gives -0.0 where torch's does, NaN at -inf (and the
+    gradient NaN at +-inf) as torch's."""
+    ONE = F(1.0)
+
+    @njit(**_JIT)
+    def forward(lo, hi, x, out):
+        salt  # noqa: B018
+        for blk in range(lo, hi):
+            s, e = blk * _BLOCK, min(blk * _BLOCK + _BLOCK, x.size)
+            xs, ys = x[s:e], out[s:e]
+            for i in range(e - s):
+                v = xs[i]
+                ys[i] = v / (ONE + mathlib.exp(-v))
+
+    @njit(**_JIT)
+    def backward(lo, hi, x, gout, grad):
+        salt  # noqa: B018
+        for blk in range(lo, hi):
+            s, e = blk * _BLOCK, min(blk * _BLOCK + _BLOCK, x.size)
+            xs, gs, rs = x[s:e], gout[s:e], grad[s:e]
+            for i in range(e - s):
+                v = xs[i]
+                sg = ONE / (ONE + mathlib.exp(-v))
+                rs[i] = gs[i] * sg * (ONE + v * (ONE - sg))
+    return forward, backward
+
+
+def _arr(t):
+    """The flat numpy view of a contiguous tensor of any shape."""
+    return t.detach().view(-1).numpy()
+
+
+def _run(kernel, x, *rest):
+    n = x.numel()
+    split_run(kernel, -(-n // _BLOCK), (_arr(x),) + tuple(_arr(t) for t in rest), work=n)
+
+
+class _Engine:
+    """One input x, an output of x's shape and dtype; the gradient from x and grad_output."""
+    path, fused = "handwritten", True
+    name = None
+
+    def __init__(self, prob, reason):
+        self.prob, self.reason = prob, reason
+
+    @classmethod
+    def supports(cls, prob):
+        return prob.graph.name == cls.name and prob.dtype in _NP
+
+    def forward(self, tensors, needs):
+        x = tensors[0].contiguous()
+        out = torch.empty(x.shape, dtype=x.dtype)
+        _run(self.kernels()[0], x, out)
+        note(self.prob.graph.name, self.path, True, "forward", self.reason)
+        return out, (x if needs[0] else None)
+
+    def backward(self, saved, gout):
+        note(self.prob.graph.name, self.path, True, "backward", self.reason)
+        x = saved
+        if x is None:
+            return [None]
+        gout = gout.to(x.dtype).reshape(x.shape).contiguous()
+        grad = torch.empty(x.shape, dtype=x.dtype)
+        _run(self.kernels()[1], x, gout, grad)
+        return [grad]
+
+
+class ReLU(_Engine):
+    name = "relu"
+
+    def kernels(self):
+        return _relu_kernels(_NP[self.prob.dtype])
+
+
+class GELU(_Engine):
+    """approximate 'none' (erf) or 'tanh'."""
+    name = "gelu"
+
+    @classmethod
+    def supports(cls, prob):
+        return super().supports(prob) and prob.params.get("approximate") in ("none", "tanh")
+
+    def kernels(self):
+        return _gelu_kernels(_NP[self.prob.dtype], self.prob.params["approximate"] == "tanh")
+
+
+class SiLU(_Engine):
+    name = "silu"
+
+    def kernels(self):
+        return _silu_kernels(_NP[self.prob.dtype])
+
+
+NONLINEAR = {"relu": ReLU, "gelu": GELU, "silu": SiLU}
