@@ -36,8 +36,8 @@ def _write_atomic(path, text):
         raise
 
 
-def _load_file(spec):
-    source = render(spec, cache=True)
+def _load_file(spec, parallel):
+    source = render(spec, cache=True, parallel=parallel)
     digest = hashlib.sha1(source.encode()).hexdigest()[:24]
     directory = cache_dir()
     os.makedirs(directory, exist_ok=True)
@@ -57,30 +57,31 @@ def _load_file(spec):
     return module.kernel
 
 
-def _load_memory(spec):
-    source = render(spec, cache=False)
+def _load_memory(spec, parallel):
+    source = render(spec, cache=False, parallel=parallel)
     namespace = {"__name__": f"autogen_kernel_{spec.key}"}
     exec(compile(source, f"<autogen {spec.label}>", "exec"), namespace)
     return namespace["kernel"]
 
 
-def get_kernel(spec):
+def get_kernel(spec, parallel=False):
     """The compiled kernel for `spec` (numba compiles it at its first call)."""
-    fn = _kernels.get(spec.key)
+    key = (spec.key, parallel)
+    fn = _kernels.get(key)
     if fn is not None:
         return fn
     with _lock:
-        fn = _kernels.get(spec.key)
+        fn = _kernels.get(key)
         if fn is None:
             t0 = time.perf_counter()
             try:
-                fn = _load_file(spec)
+                fn = _load_file(spec, parallel)
             except OSError as e:
                 if cache_dir() not in _warned_dirs:
                     _warned_dirs.add(cache_dir())
                     warnings.warn(f"autogen: kernel cache dir {cache_dir()!r} is not usable ({e}); "
                                   "compiling in memory", RuntimeWarning, stacklevel=2)
-                fn = _load_memory(spec)
+                fn = _load_memory(spec, parallel)
             log.debug("autogen: rendered %s (%s) in %.3fs", spec.label, spec.key, time.perf_counter() - t0)
-            _kernels[spec.key] = fn
+            _kernels[key] = fn
     return fn

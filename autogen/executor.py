@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import warnings
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
 import torch
 
@@ -94,11 +95,15 @@ def _signature(spec, dtype):
 
 def run_spec(spec, prob, values):
     """Launch `spec`'s kernel; `values` maps input/param names to tensors or numbers."""
+    n, c, r = prob.launch_dims()
     try:
         fn = get_kernel(spec)
+        rate = _rates.get(fn)
+        par = None
+        if rate is not None and r > 1 and n * rate >= _PAR_SECONDS and torch.get_num_threads() > 1:
+            par = get_kernel(spec, parallel=True)
     except Exception as exc:  # noqa: BLE001 - rendering or loading failed: the caller falls back
         raise CompileError(f"{type(exc).__name__}: {exc}") from exc
-    n, c, r = prob.launch_dims()
     _, names, params, outputs, nparts = _signature(spec, prob.dtype)
     args = [values[a].detach().numpy().reshape(-1) for a in names]
     for name, conv in params:
@@ -107,12 +112,20 @@ def run_spec(spec, prob, values):
     outs = [alloc(prob.flat_size(level) if level else (), dtype=dt) for level, dt, alloc in outputs]
     args += [o.numpy().reshape(-1) for o in outs]
     args.append(np.empty((nparts, r), dtype=np.float64))
-    _launch(fn, n, c, r, args)
+    if par is not None:
+        threads = min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)
+        if numba.get_num_threads() != threads:
+            numba.set_num_threads(threads)
+        par(n, c, 0, r, r, True, *args)
+    else:
+        _launch(fn, n, c, r, args)
     return outs
 
 
-_PAR_SECONDS = 3e-4  # hand work to other threads only when one thread would take longer than
-# this: waking a pool thread cost ~140 us here (65K-element mse: 28 us on one thread, 170 us on two)
+_PAR_SECONDS = 3e-4  # use threads only when one thread would take longer than this: a parallel
+# launch costs ~100 us here (65K-element mse: 28 us on one thread, 170 us handed to a pool thread).
+# Generated kernels then run their prange variant (numba's OpenMP layer; compiled only for such
+# inputs); the handwritten ones split rows over a thread pool (split_run).
 _rates = {}          # kernel -> fastest seen seconds per element on one thread (measured as we go)
 _pool = []
 
@@ -144,17 +157,13 @@ def split_run(fn, count, args, work=None, key=None):
 
 
 def _launch(fn, n, c, r, args):
-    """Run a generated kernel's rows (over threads when that pays), then its epilogue once."""
-    rate = _rates.get(fn)
-    if rate is not None and r > 1 and n * rate >= _PAR_SECONDS and torch.get_num_threads() > 1:
-        split_run(lambda lo, hi: fn(n, c, lo, hi, r, False, *args), r, (), work=n, key=fn)
-        fn(n, c, 0, 0, r, True, *args)
-        return
+    """Run a serial generated kernel on this thread and learn its time per element."""
     compiled = bool(fn.signatures)  # a first call compiles: keep it out of the timing
     t0 = time.perf_counter()
     fn(n, c, 0, r, r, True, *args)
     if compiled and n >= 4096:
         seconds = (time.perf_counter() - t0) / n
+        rate = _rates.get(fn)
         _rates[fn] = seconds if rate is None else min(rate, seconds)
 
 

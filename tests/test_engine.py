@@ -36,7 +36,7 @@ def test_options_do_not_recompile():
 
 
 def test_compile_failure_warns_once_and_falls_back(monkeypatch):
-    def broken(spec, cache=True):
+    def broken(spec, **kwargs):
         raise RuntimeError("template exploded")
 
     monkeypatch.setattr(compiler, "render", broken)
