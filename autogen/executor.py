@@ -98,10 +98,7 @@ def run_spec(spec, prob, values):
     n, c, r = prob.launch_dims()
     try:
         fn = get_kernel(spec)
-        rate = _rates.get(fn)
-        par = None
-        if rate is not None and r > 1 and n * rate >= _PAR_SECONDS and torch.get_num_threads() > 1:
-            par = get_kernel(spec, parallel=True)
+        par = get_kernel(spec, parallel=True) if _use_threads(fn, n, r) else None
     except Exception as exc:  # noqa: BLE001 - rendering or loading failed: the caller falls back
         raise CompileError(f"{type(exc).__name__}: {exc}") from exc
     _, names, params, outputs, nparts = _signature(spec, prob.dtype)
@@ -118,7 +115,7 @@ def run_spec(spec, prob, values):
             numba.set_num_threads(threads)
         par(n, c, 0, r, r, True, *args)
     else:
-        _launch(fn, n, c, r, args)
+        _timed(fn, n, lambda: fn(n, c, 0, r, r, True, *args))
     return outs
 
 
@@ -130,23 +127,32 @@ _rates = {}          # kernel -> fastest seen seconds per element on one thread 
 _pool = []
 
 
-def split_run(fn, count, args, work=None, key=None):
-    """Call fn(lo, hi, *args) over [0, count), split across torch's threads when that pays.
+def _use_threads(kernel, work, count):
+    """Whether one thread would take over _PAR_SECONDS, by the kernel's measured time per element."""
+    rate = _rates.get(kernel)
+    return rate is not None and count > 1 and work * rate >= _PAR_SECONDS and torch.get_num_threads() > 1
 
-    `work` (default `count`) is the element count; whether to split is decided from the time
-    per element measured on earlier single-threaded calls of the same kernel (`key`, default fn).
-    """
+
+def _timed(kernel, work, call):
+    """Run call() on this thread and learn the kernel's time per element (not from a compiling call,
+    nor from a call too small to say more about overhead than about the kernel)."""
+    compiled = bool(getattr(kernel, "signatures", True))
+    t0 = time.perf_counter()
+    call()
+    if compiled and work >= 4096:
+        seconds = (time.perf_counter() - t0) / work
+        rate = _rates.get(kernel)
+        _rates[kernel] = seconds if rate is None else min(rate, seconds)
+
+
+def split_run(fn, count, args, work=None):
+    """Call the nogil kernel fn(lo, hi, *args) over [0, count), split across torch's threads when
+    that pays (`work`, default `count`: the element count the kernel's speed is measured by)."""
     work = count if work is None else work
-    key = fn if key is None else key
-    rate = _rates.get(key)
-    threads = min(torch.get_num_threads(), count)
-    if threads <= 1 or rate is None or work * rate < _PAR_SECONDS:
-        t0 = time.perf_counter()
-        fn(0, count, *args)
-        if work >= 4096:  # too small a call says more about overhead than about the kernel
-            seconds = (time.perf_counter() - t0) / work
-            _rates[key] = seconds if rate is None else min(rate, seconds)
+    if not _use_threads(fn, work, count):
+        _timed(fn, work, lambda: fn(0, count, *args))
         return
+    threads = min(torch.get_num_threads(), count)
     if not _pool:
         _pool.append(ThreadPoolExecutor(max_workers=max(os.cpu_count() or 1, 2)))
     bounds = [count * k // threads for k in range(threads + 1)]
@@ -154,17 +160,6 @@ def split_run(fn, count, args, work=None, key=None):
     fn(bounds[0], bounds[1], *args)
     for f in futures:
         f.result()
-
-
-def _launch(fn, n, c, r, args):
-    """Run a serial generated kernel on this thread and learn its time per element."""
-    compiled = bool(fn.signatures)  # a first call compiles: keep it out of the timing
-    t0 = time.perf_counter()
-    fn(n, c, 0, r, r, True, *args)
-    if compiled and n >= 4096:
-        seconds = (time.perf_counter() - t0) / n
-        rate = _rates.get(fn)
-        _rates[fn] = seconds if rate is None else min(rate, seconds)
 
 
 # -- the fused plan --------------------------------------------------------------------------
