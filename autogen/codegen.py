@@ -138,10 +138,12 @@ def render(spec, cache=True, parallel=False):
     def line(n):
         return f"{names[n.digest]} = {_expr(n, names, spec.dtype)}"
 
-    # sinks: (loop index, kind, node, extra)
-    loops = {}
-    def loop(k):
-        return loops.setdefault(k, {"init": [], "sinks": [], "after": []})
+    # passes over the row: (phase, sub) -> init lines and sinks; a 'solo' reduction (maxnum) gets a
+    # pass of its own, since LLVM vectorizes it only alone; `after[k]` follows every pass of phase k
+    loops, after = {}, {}
+
+    def loop(k, sub=0):
+        return loops.setdefault((k, sub), {"init": [], "sinks": []})
     part_index = {n.digest: k for k, n in enumerate(spec.reduce_all)}
     row_end, post_lines = [], []
     for n in order:
@@ -153,13 +155,14 @@ def render(spec, cache=True, parallel=False):
         if arg.level & COL:
             acc = names[n.digest] if group == "reduce_row" else f"__a{idx[n.digest]}"
             k = phase[arg.digest]
-            loop(k)["init"].append(f"{acc} = {prim.init}")
-            loop(k)["sinks"].append((arg, f"{acc} = " + prim.combine.format(names[arg.digest], acc=acc)))
+            lp = loop(k, 1 + idx[n.digest] if prim.solo else 0)
+            lp["init"].append(f"{acc} = {prim.init}")
+            lp["sinks"].append((arg, f"{acc} = " + prim.combine.format(names[arg.digest], acc=acc)))
             if prim.aux:
                 aux = f"__x{idx[n.digest]}"
                 loop(k)["init"].append(f"{aux} = {prim.aux[0]}")
                 loop(k)["sinks"].append((arg, f"{aux} = " + prim.aux[1].format(names[arg.digest], aux=aux)))
-                loop(k)["after"].append(f"{acc} = " + prim.aux[2].format(aux=aux, acc=acc))
+                after.setdefault(k, []).append(f"{acc} = " + prim.aux[2].format(aux=aux, acc=acc))
             if group == "reduce_all":
                 row_end.append(f"__part[{part_index[n.digest]}, __r] = {acc}")
         elif group == "reduce_all":
@@ -194,9 +197,7 @@ def render(spec, cache=True, parallel=False):
             need.add(n.digest)
             stack.extend(n.args)
         lp["body"] = [line(n) for n in order if n.digest in need] + [s for _, s in lp["sinks"]]
-    nloops = max(loops, default=-1) + 1
-    for k in range(nloops):
-        loop(k).setdefault("body", [])
+    nloops = max((k for k, _ in loops), default=-1) + 1
     # row-level values: each after the pass that produced its reductions
     row_begin = [f"__e_{n.attr} = in_{n.attr}[__start:__end]" for n in spec.inputs if n.level == ELEM]
     row_begin += [f"__o{j} = out_{j}[__start:__end]" for j, (n, lvl) in enumerate(spec.outputs)
@@ -205,7 +206,7 @@ def render(spec, cache=True, parallel=False):
         if n.level != ROW or n.digest in late or inline(n) or _group(n) == "reduce_row":
             continue
         p = phase[n.digest]
-        (row_begin if p == 0 else loop(p - 1)["after"]).append(line(n))
+        (row_begin if p == 0 else after.setdefault(p - 1, [])).append(line(n))
     pre = []
     for n in order:
         if n.level != SCALAR or n.digest in late or inline(n):
@@ -230,4 +231,16 @@ def render(spec, cache=True, parallel=False):
     return _ENV.get_template("kernel.py.j2").render(
         key=spec.key, graph_comment=[spec.label, f"mathlib {_MATHLIB}"], dtype=spec.dtype, parallel=parallel,
         fastmath=repr(sorted(FASTMATH)).replace("[", "{").replace("]", "}"), cache=cache, args=args, pre=pre,
-        row_begin=row_begin, loops=[loop(k) for k in range(nloops)], row_end=row_end, post=post)
+        row_begin=row_begin, loops=_passes(loops, after, nloops), row_end=row_end, post=post)
+
+
+def _passes(loops, after, nloops):
+    """The row's passes in order: per phase, its loops, then the row values that need them."""
+    passes = []
+    for k in range(nloops):
+        for key in sorted(sub for sub in loops if sub[0] == k):
+            lp = loops[key]
+            passes.append({"init": lp["init"], "body": lp["body"], "after": []})
+        if passes:
+            passes[-1]["after"] += after.get(k, [])
+    return passes

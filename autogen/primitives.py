@@ -24,6 +24,7 @@ class Prim:
     combine: Optional[str] = None  # reductions: '{acc}' combined with the element '{0}'
     aux: tuple = ()                # reductions: (init, combine, final) of a side accumulator {aux}
     fold: Optional[str] = None     # reductions: exact combine of partial results (default: combine)
+    solo: bool = False             # reductions: vectorizes only alone in its loop (maxnum)
     units: tuple = ()              # per argument: the constant that makes op(...) the other argument
     args: str = ""                 # argument kinds when not all float ('b' bool, 'i' index)
     domain: tuple = (-3.0, 3.0)    # where the op is defined and smooth: the range tests sample from
@@ -127,7 +128,7 @@ for _name, (_op, _ref) in _CMP.items():
 # -- reductions: over the last axis (per row) and over everything ----------------------------
 # max: llvm.maxnum vectorizes, but ignores NaN; a side flag restores torch's NaN propagation
 _MAXC = "({acc} if (({acc} >= {0}) | ({acc} != {acc})) else {0})"
-_MAX = dict(init="-__inf", combine="__m.maxnum({acc}, {0})", fold=_MAXC,
+_MAX = dict(init="-__inf", combine="__m.maxnum({acc}, {0})", fold=_MAXC, solo=True,
             aux=("False", "{aux} | ({0} != {0})", "(__nan if {aux} else {acc})"))
 _prim("sum_row", 1, "reduce_row", "", lambda x: x.sum(-1, keepdim=True), lambda g, o, x: (g,),
       init="__zero", combine="({acc} + {0})")
