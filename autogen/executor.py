@@ -74,12 +74,6 @@ def _warn_once(op, exc):
                       "using the torch fallback", RuntimeWarning, stacklevel=3)
 
 
-def _scalar_arg(value, kind, dtype):
-    if isinstance(value, torch.Tensor):
-        value = value.item()
-    return np.int64(value) if kind == "i" else (np.bool_(value) if kind == "b" else _NP[dtype](value))
-
-
 def _signature(spec, dtype):
     """What run_spec needs from a spec, computed once: names, converters, output kinds."""
     sig = spec.__dict__.get("_sig")
