@@ -7,7 +7,6 @@ through a handwritten, generated or torch kernel as the policy picks. fallback: 
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 import warnings
 from dataclasses import dataclass, field
 
@@ -115,10 +114,9 @@ def run_spec(spec, prob, values):
 
 _PAR_SECONDS = 3e-4  # use threads only when one thread would take longer than this: a parallel
 # launch costs ~100 us here (65K-element mse: 28 us on one thread, 170 us handed to a pool thread).
-# Generated kernels then run their prange variant (numba's OpenMP layer; compiled only for such
-# inputs); the handwritten ones split rows over a thread pool (split_run).
+# Generated kernels then run their prange variant, handwritten ones a prange trampoline over
+# row chunks (split_run): both on numba's threads, compiled only for such inputs.
 _rates = {}          # kernel -> fastest seen seconds per element on one thread (measured as we go)
-_pool = []
 
 
 def _use_threads(kernel, work, count):
@@ -139,21 +137,33 @@ def _timed(kernel, work, call):
         _rates[kernel] = seconds if rate is None else min(rate, seconds)
 
 
+@numba.njit(parallel=True, nogil=True)
+def _pfor(fn, count, nthreads, args):
+    """fn(lo, hi, *args) over [0, count) in nthreads chunks, on numba's threads (as prange kernels)."""
+    for k in numba.prange(nthreads):
+        fn(count * k // nthreads, count * (k + 1) // nthreads, *args)
+
+
+_serial_only = set()  # kernels the parallel trampoline could not compile for
+
+
 def split_run(fn, count, args, work=None):
     """Call the nogil kernel fn(lo, hi, *args) over [0, count), split across torch's threads when
     that pays (`work`, default `count`: the element count the kernel's speed is measured by)."""
     work = count if work is None else work
-    if not _use_threads(fn, work, count):
+    if fn in _serial_only or not _use_threads(fn, work, count):
         _timed(fn, work, lambda: fn(0, count, *args))
         return
-    threads = min(torch.get_num_threads(), count)
-    if not _pool:
-        _pool.append(ThreadPoolExecutor(max_workers=max(os.cpu_count() or 1, 2)))
-    bounds = [count * k // threads for k in range(threads + 1)]
-    futures = [_pool[0].submit(fn, bounds[k], bounds[k + 1], *args) for k in range(1, threads)]
-    fn(bounds[0], bounds[1], *args)
-    for f in futures:
-        f.result()
+    threads = min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS, count)
+    if numba.get_num_threads() != threads:
+        numba.set_num_threads(threads)
+    try:
+        _pfor(fn, count, threads, tuple(args))
+    except Exception as exc:  # noqa: BLE001 - a typing failure: run this kernel serially from now on
+        if not type(exc).__module__.startswith("numba"):
+            raise
+        _serial_only.add(fn)
+        fn(0, count, *args)
 
 
 # -- the fused plan --------------------------------------------------------------------------
