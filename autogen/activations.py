@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .executor import LossGraph, Problem, execute
+from .executor import LossGraph, Problem, execute, handwritten_for
 from .ir import ELEM, ROW, SCALAR, apply as A, input as inp, param
 
 ONE_SIXTH_F32 = 0.1666666716337204  # torch's hardsigmoid backward multiplies by 1.0f / 6.0f in every dtype
@@ -160,12 +160,6 @@ def graph(name, variant=None):
     return LossGraph(name, "flat", (x,), out, ELEM)
 
 
-def _handwritten(name, prob):
-    from . import kernels  # the kernels package imports the executor
-    factory = getattr(kernels, "NONLINEAR", {}).get(name)
-    return factory if factory is not None and factory.supports(prob) else None
-
-
 def _dtype(input, name):
     if not input.is_floating_point():
         raise NotImplementedError(f'"{name}" not implemented for \'{str(input.dtype).replace("torch.", "")}\'')
@@ -182,7 +176,7 @@ def run(name, input, inplace=False, variant=None, **options):
     params = {k: float(v) for k, v in options.items()}
     params["approximate"] = variant
     prob = Problem(graph(name, variant), x.numel(), 0, 0, cdt, params)
-    out = execute(prob, [x], True, _handwritten(name, prob)).view(input.shape).to(input.dtype)
+    out = execute(prob, [x], True, handwritten_for("NONLINEAR", name, prob)).view(input.shape).to(input.dtype)
     if inplace:
         return input.copy_(out)
     return out

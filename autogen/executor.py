@@ -402,6 +402,13 @@ def _capture(prob):
         fn(prob)
 
 
+def handwritten_for(registry, name, prob):
+    """The handwritten engine factory for `name` in `autogen.kernels.<registry>`, if it supports prob."""
+    from . import kernels  # the kernels package imports this module
+    factory = getattr(kernels, registry).get(name)
+    return factory if factory is not None and factory.supports(prob) else None
+
+
 def execute(prob, tensors, use_autogen, handwritten=None):
     """Pick the path for this loss call under the policy, run it, record it."""
     _capture(prob)

@@ -8,7 +8,7 @@ import torch.nn.functional as TF
 from torch.nn import _reduction as _Reduction
 
 from . import decompositions as D
-from .executor import Problem, execute
+from .executor import Problem, execute, handwritten_for
 from .policies import get_policy, note, recording
 
 LOSSES = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
@@ -80,17 +80,6 @@ def _scale(count):
     return 1.0 / count if count else float("nan")
 
 
-_FUSED = []
-
-
-def _handwritten(name, prob):
-    if not _FUSED:
-        from .kernels import FUSED  # the kernels package imports the executor
-        _FUSED.append(FUSED)
-    factory = _FUSED[0].get(name)
-    return factory if factory is not None and factory.supports(prob) else None
-
-
 def _finish(out, reduction, shape, dtype):
     out = out if reduction != "none" else out.view(shape)
     return out.to(dtype)
@@ -127,7 +116,7 @@ def _pointwise(name, input, target, reduction, weight, use_autogen, **params):
     graph = D.pointwise(name, "none" if reduction == "none" else ("mean" if reduction == "mean" else "sum"),
                         weight is not None)
     prob = Problem(graph, n, 0, 0, cdt, dict(params, scale=_scale(n) if reduction == "mean" else 1.0))
-    out = execute(prob, tensors, use_autogen, _handwritten(name, prob))
+    out = execute(prob, tensors, use_autogen, handwritten_for("FUSED", name, prob))
     return _finish(out, reduction, xb.shape, dtype)
 
 
@@ -198,7 +187,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     n = input.numel()
     graph = D.binary_cross_entropy(reduction, weight is not None)
     prob = Problem(graph, n, 0, 0, cdt, {"scale": _scale(n) if reduction == "mean" else 1.0})
-    out = execute(prob, tensors, use_autogen, _handwritten("binary_cross_entropy", prob))
+    out = execute(prob, tensors, use_autogen, handwritten_for("FUSED", "binary_cross_entropy", prob))
     return _finish(out, reduction, input.shape, dtype)
 
 
@@ -225,7 +214,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     n = input.numel()
     graph = D.binary_cross_entropy_with_logits(reduction, weight is not None, pos_weight is not None)
     prob = Problem(graph, n, 0, 0, cdt, {"scale": _scale(n) if reduction == "mean" else 1.0})
-    out = execute(prob, tensors, use_autogen, _handwritten(op, prob))
+    out = execute(prob, tensors, use_autogen, handwritten_for("FUSED", op, prob))
     return _finish(out, reduction, shape, dtype)
 
 
@@ -321,7 +310,7 @@ def _class_loss(op, input, target, weight, ignore_index, reduction, label_smooth
         else:
             graph = D.cross_entropy(reduction, weight is not None, smoothing)
     prob = Problem(graph, R * C, C, R, cdt, params)
-    out = execute(prob, tensors, use_autogen, _handwritten(op, prob))
+    out = execute(prob, tensors, use_autogen, handwritten_for("FUSED", op, prob))
     return _finish(out, reduction, out_shape, dtype)
 
 
