@@ -7,7 +7,7 @@ ignore_index, label_smoothing, 1/n) are runtime params, so changing them never r
 import functools
 
 from .executor import LossGraph
-from .ir import COL, ELEM, ROW, SCALAR, apply as A, input as inp, param
+from .ir import COL, ELEM, ROW, SCALAR, apply as A, input as inp, iota, param
 
 x_elem = functools.partial(inp, level=ELEM)
 
@@ -159,3 +159,133 @@ def cross_entropy_probs(reduction, weighted, smoothing):
         prod = prod * w
     item = -A("sum_row", prod)
     return _reduce("cross_entropy", "row", inputs, item, ROW, reduction)
+
+
+# -- the other ten ---------------------------------------------------------------------------
+def _clamp_min(z, lo=0.0):
+    """torch.clamp_min: NaN stays NaN; the gradient passes where z >= lo (ties included)."""
+    return A("gradfix", A("detach", A("maximum", z, lo)), z, A("where", A("ge", z, lo), 1.0, 0.0))
+
+
+@functools.lru_cache(maxsize=None)
+def gaussian_nll_loss(reduction):
+    x, t, v = x_elem("input"), x_elem("target"), x_elem("var")
+    # torch clamps a clone of var at eps under no_grad: the gradient flows as if var were the clamped value
+    vc = A("gradfix", A("detach", A("maximum", v, param("eps"))), v, 1.0)
+    d = x - t
+    item = 0.5 * (A("log", vc) + d * d / vc) + param("const")  # const: 0.5 log(2 pi) when full, else 0
+    return _reduce("gaussian_nll_loss", "flat", [x, t, v], item, ELEM, reduction)
+
+
+@functools.lru_cache(maxsize=None)
+def hinge_embedding_loss(reduction):
+    x, t = x_elem("input"), x_elem("target")
+    item = (A("where", A("ne", t, 1.0), _clamp_min(param("margin") - x), 0.0)
+            + A("where", A("ne", t, -1.0), x, 0.0))
+    return _reduce("hinge_embedding_loss", "flat", [x, t], item, ELEM, reduction)
+
+
+@functools.lru_cache(maxsize=None)
+def kl_div(reduction, log_target):
+    """'mean' and 'batchmean' are both the sum times `scale` (1/numel or 1/batch)."""
+    x, t = x_elem("input"), x_elem("target")
+    if log_target:
+        item = A("exp", t) * (t - x)
+    else:
+        # torch: xlogy(t, t) - t * x; xlogy's derivative in its second argument is t/t (NaN at t = 0)
+        tlogt = A("where", A("eq", t, 0.0), 0.0, t * A("log", t))
+        dt = A("where", A("eq", t, 0.0), 0.0, A("log", t)) + t / t - x
+        item = A("gradfix", A("gradfix", A("detach", tlogt - t * x), x, -t), t, dt)
+    return _reduce("kl_div", "flat", [x, t], item, ELEM, reduction)
+
+
+@functools.lru_cache(maxsize=None)
+def margin_ranking_loss(reduction):
+    a, b, y = x_elem("input1"), x_elem("input2"), x_elem("target")
+    item = _clamp_min(-y * (a - b) + param("margin"))
+    return _reduce("margin_ranking_loss", "flat", [a, b, y], item, ELEM, reduction)
+
+
+@functools.lru_cache(maxsize=None)
+def poisson_nll_loss(reduction, log_input, full):
+    x, t = x_elem("input"), x_elem("target")
+    if log_input:
+        item = A("exp", x) - t * x
+    else:
+        item = x - t * A("log", x + param("eps"))
+    if full:
+        stirling = t * A("log", t) - t + 0.5 * A("log", 6.283185307179586 * t)
+        item = item + A("where", A("le", t, 1.0), 0.0, stirling)
+    return _reduce("poisson_nll_loss", "flat", [x, t], item, ELEM, reduction)
+
+
+def _log_sigmoid(x):
+    return A("minimum", x, 0.0) - A("log1p", A("exp", -A("abs", x)))
+
+
+@functools.lru_cache(maxsize=None)
+def multilabel_soft_margin_loss(reduction, weight):
+    """weight: None, 'col' (one per class) or 'elem' (broadcast to the input's shape)."""
+    x, t = x_elem("input"), x_elem("target")
+    value = -(t * _log_sigmoid(x) + (1.0 - t) * _log_sigmoid(-x))
+    # the exact derivatives: sigmoid(x) - t and -x
+    item = A("gradfix", A("gradfix", A("detach", value), x, A("sigmoid", x) - t), t, -x)
+    inputs = [x, t]
+    if weight:
+        w = inp("weight", COL if weight == "col" else ELEM)
+        inputs.append(w)
+        item = item * w
+    per_row = A("sum_row", item) * param("inv_c")
+    return _reduce("multilabel_soft_margin_loss", "row", inputs, per_row, ROW, reduction)
+
+
+@functools.lru_cache(maxsize=None)
+def multi_margin_loss(reduction, p, weighted):
+    x, y = x_elem("input"), inp("target", ROW, "i")
+    z = param("margin") - A("gather", x, y) + x
+    hinge = A("where", A("gt", z, 0.0), z if p == 1 else z * z, 0.0)
+    per_row = A("sum_row", A("where", A("ne", iota(), y), hinge, 0.0)) * param("inv_c")
+    inputs = [x, y]
+    if weighted:
+        w = inp("weight", COL)
+        inputs.append(w)
+        per_row = per_row * A("gather", w, y)
+    return _reduce("multi_margin_loss", "row", inputs, per_row, ROW, reduction)
+
+
+def _pnorm(d, p):
+    """||d||_p along the row with torch's norm backward (0 where the norm is 0)."""
+    if p == 1:
+        return A("sum_row", A("abs", d))
+    if p == 2:
+        n = A("sqrt", A("sum_row", d * d))
+        slope = d / n
+    else:
+        pp = param("p")
+        n = A("pow", A("sum_row", A("pow", A("abs", d), pp)), 1.0 / pp)
+        slope = d * A("pow", A("abs", d), pp - 2.0) / A("pow", n, pp - 1.0)
+    return A("gradfix", A("detach", n), d, A("where", A("eq", n, 0.0), 0.0, slope))
+
+
+@functools.lru_cache(maxsize=None)
+def triplet_margin_loss(reduction, p, swap):
+    """p: 1, 2 or 'p' (any other positive p, a runtime param). Distances are torch's
+    pairwise_distance: ||u - v + eps||_p over the last dimension."""
+    a, pos, neg = x_elem("anchor"), x_elem("positive"), x_elem("negative")
+    eps = param("eps")
+    d_pos = _pnorm(a - pos + eps, p)
+    d_neg = _pnorm(a - neg + eps, p)
+    if swap:
+        d_neg = A("minimum", d_neg, _pnorm(pos - neg + eps, p))
+    per_row = _clamp_min(param("margin") + d_pos - d_neg)
+    return _reduce("triplet_margin_loss", "row", [a, pos, neg], per_row, ROW, reduction)
+
+
+@functools.lru_cache(maxsize=None)
+def cosine_embedding_loss(reduction):
+    a, b, y = x_elem("input1"), x_elem("input2"), inp("target", ROW)
+    eps = 1e-12  # torch's EPSILON
+    cos = A("sum_row", a * b) / A("sqrt", (A("sum_row", a * a) + eps) * (A("sum_row", b * b) + eps))
+    per_row = (A("where", A("eq", y, 1.0), 1.0 - cos, 0.0)
+               + A("where", A("eq", y, -1.0), _clamp_min(cos - param("margin")), 0.0))
+    return _reduce("cosine_embedding_loss", "row", [a, b, y], per_row, ROW, reduction)

@@ -1,5 +1,6 @@
 """torch.nn.functional's losses with a `use_autogen` keyword: validate like torch, then dispatch."""
 import functools
+import math
 import os
 import warnings
 
@@ -12,7 +13,10 @@ from .executor import Problem, execute, handwritten_for
 from .policies import get_policy, note, recording
 
 LOSSES = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
-           "binary_cross_entropy_with_logits", "cross_entropy", "nll_loss")
+          "binary_cross_entropy_with_logits", "cross_entropy", "nll_loss", "gaussian_nll_loss",
+          "hinge_embedding_loss", "kl_div", "margin_ranking_loss", "multilabel_soft_margin_loss",
+          "multi_margin_loss", "poisson_nll_loss", "triplet_margin_loss", "triplet_margin_with_distance_loss",
+          "cosine_embedding_loss")
 
 _LOW = (torch.float16, torch.bfloat16)
 
@@ -23,7 +27,10 @@ _LOW = (torch.float16, torch.bfloat16)
 # 'aggressive' policy ignores them, and AUTOGEN_SMALL_ELEMENTS=N sets one value for all losses.
 SMALL_ELEMENTS = {"mse_loss": 1 << 17, "l1_loss": 1 << 15, "smooth_l1_loss": 1 << 19, "huber_loss": 1 << 19,
                   "binary_cross_entropy": 1 << 13, "binary_cross_entropy_with_logits": 1 << 18,
-                  "cross_entropy": 1 << 19, "nll_loss": 1 << 22}
+                  "cross_entropy": 1 << 19, "nll_loss": 1 << 22, "gaussian_nll_loss": 0, "hinge_embedding_loss": 0,
+                 "kl_div": 0, "margin_ranking_loss": 0, "multilabel_soft_margin_loss": 0, "multi_margin_loss": 0,
+                 "poisson_nll_loss": 0, "triplet_margin_loss": 0, "triplet_margin_with_distance_loss": 0,
+                 "cosine_embedding_loss": 0}
 if os.environ.get("AUTOGEN_SMALL_ELEMENTS"):
     SMALL_ELEMENTS = dict.fromkeys(SMALL_ELEMENTS, int(os.environ["AUTOGEN_SMALL_ELEMENTS"]))
 
@@ -327,6 +334,293 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
              use_autogen=False):
     reduction = _reduction(size_average, reduce, reduction)
     return _class_loss("nll_loss", input, target, weight, ignore_index, reduction, 0.0, use_autogen)
+
+
+# -- the other ten --------------------------------------------------------------------------
+def _run(graph, tensors, sizes, cdt, params, use_autogen, reduction, out_shape, dtype):
+    """Launch a decomposition on canonical tensors; sizes = (n, C, R) as Problem takes them."""
+    n, C, R = sizes
+    prob = Problem(graph, n, C, R, cdt, params)
+    out = execute(prob, tensors, use_autogen, handwritten_for("FUSED", graph.name, prob))
+    return _finish(out, reduction, out_shape, dtype)
+
+
+def _flat(op, tensors, use_autogen, reduction, graph, params, scale_count=None):
+    """Elementwise losses: broadcast all tensors (torch's result dtype), flatten, run."""
+    _floating(op, *tensors)
+    shape = torch.broadcast_shapes(*[t.shape for t in tensors])
+    dtype = functools.reduce(torch.promote_types, [t.dtype for t in tensors[1:]], tensors[0].dtype)
+    cdt = _compute_dtype(dtype)
+    flat = [_canon(t.expand(shape), cdt) for t in tensors]
+    n = flat[0].numel()
+    count = n if scale_count is None else scale_count
+    params = dict(params, scale=_scale(count) if reduction in ("mean", "batchmean") else 1.0)
+    return _run(graph, flat, (n, 0, 0), cdt, params, use_autogen, reduction, shape, dtype)
+
+
+def _check_reduction(reduction, message="{} is not a valid value for reduction"):
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(message.format(reduction))
+
+
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+@_small_to_torch
+def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean", *, use_autogen=False):
+    if isinstance(var, float):
+        if var < 0:
+            raise ValueError("var has negative entry/entries")
+        var = var * torch.ones_like(input)
+    elif torch.any(var < 0):
+        raise ValueError("var has negative entry/entries")
+    if var.size() != input.size():
+        if input.size()[:-1] == var.size():
+            var = var.unsqueeze(-1)
+        elif not (input.ndim == var.ndim and sum(b for a, b in zip(input.size(), var.size()) if a != b) == 1):
+            raise ValueError("var is of incorrect size")
+    _check_reduction(reduction, "{} is not valid")
+    return _flat("gaussian_nll_loss", [input, target, var], use_autogen, reduction,
+                 D.gaussian_nll_loss(reduction), {"eps": float(eps), "const": _HALF_LOG_2PI if full else 0.0})
+
+
+@_small_to_torch
+def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=None, reduction="mean", *,
+                         use_autogen=False):
+    reduction = _reduction(size_average, reduce, reduction)
+    if not input.is_floating_point() and not target.is_floating_point():
+        _floating("hinge_embedding_loss", input)
+    return _flat("hinge_embedding_loss", [input, target.to(input.dtype) if not target.is_floating_point()
+                                          else target], use_autogen, reduction,
+                 D.hinge_embedding_loss(reduction), {"margin": float(margin)})
+
+
+@_small_to_torch
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False, *,
+           use_autogen=False):
+    if size_average is not None or reduce is not None:
+        reduction = _Reduction.legacy_get_string(size_average, reduce)
+    else:
+        if reduction == "mean":
+            warnings.warn("reduction: 'mean' divides the total loss by both the batch size and the support size."
+                          "'batchmean' divides only by the batch size, and aligns with the KL div math definition."
+                          "'mean' will be changed to behave the same as 'batchmean' in the next major release.",
+                          stacklevel=3)
+        if reduction != "batchmean":
+            _Reduction.get_enum(reduction)
+    if not (input.is_floating_point() or input.is_complex()) or not (
+            target.is_floating_point() or target.is_complex()):
+        raise RuntimeError("kl_div: Integral inputs not supported.")
+    count = None
+    if reduction == "batchmean":
+        count = input.size(0) if input.dim() else 1
+    graph = D.kl_div("sum" if reduction == "batchmean" else reduction, bool(log_target))
+    return _flat("kl_div", [input, target], use_autogen, reduction, graph, {}, count)
+
+
+@_small_to_torch
+def margin_ranking_loss(input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean", *,
+                        use_autogen=False):
+    reduction = _reduction(size_average, reduce, reduction)
+    if input1.dim() != input2.dim() or input1.dim() != target.dim():
+        raise RuntimeError(
+            f"margin_ranking_loss : All input tensors should have same dimension but got sizes: "
+            f"input1: {input1.size()}, input2: {input2.size()}, target: {target.size()} ")
+    tensors = [input1, input2, target]
+    if not any(t.is_floating_point() for t in tensors):
+        _floating("margin_ranking_loss", input1)
+    dtype = functools.reduce(torch.promote_types, [t.dtype for t in tensors])
+    tensors = [t if t.is_floating_point() else t.to(dtype) for t in tensors]
+    return _flat("margin_ranking_loss", tensors, use_autogen, reduction, D.margin_ranking_loss(reduction),
+                 {"margin": float(margin)})
+
+
+@_small_to_torch
+def poisson_nll_loss(input, target, log_input=True, full=False, size_average=None, eps=1e-8, reduce=None,
+                     reduction="mean", *, use_autogen=False):
+    if size_average is not None or reduce is not None:
+        reduction = _Reduction.legacy_get_string(size_average, reduce)
+    _check_reduction(reduction)
+    graph = D.poisson_nll_loss(reduction, bool(log_input), bool(full))
+    return _flat("poisson_nll_loss", [input, target], use_autogen, reduction, graph, {"eps": float(eps)})
+
+
+def _rows_of(t, shape):
+    """`t` broadcast to `shape` and seen as rows along the last dimension."""
+    return t.expand(shape)
+
+
+@_small_to_torch
+def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None, reduction="mean", *,
+                                use_autogen=False):
+    if size_average is not None or reduce is not None:
+        reduction = _Reduction.legacy_get_string(size_average, reduce)
+    C = input.size(input.dim() - 1)  # torch's IndexError for a 0-dim input
+    _check_reduction(reduction, "{} is not valid")
+    tensors = [input, target] + ([weight] if weight is not None else [])
+    _floating("multilabel_soft_margin_loss", *tensors)
+    shape = torch.broadcast_shapes(*[t.shape for t in tensors])
+    if shape[-1] != C or len(shape) != input.dim():  # torch then sums over a dimension that is not the last
+        return _torch_fallback("multilabel_soft_margin_loss", TF.multilabel_soft_margin_loss(
+            input, target, weight, reduction=reduction), "inputs broadcast beyond the input's dimensions")
+    dtype = functools.reduce(torch.promote_types, [t.dtype for t in tensors])
+    cdt = _compute_dtype(dtype)
+    R = math.prod(shape[:-1])
+    flat = [_canon(input.expand(shape), cdt), _canon(target.expand(shape), cdt)]
+    kind = None
+    if weight is not None:
+        kind = "col" if all(s == 1 for s in weight.shape[:-1]) and weight.dim() and weight.size(-1) == C else "elem"
+        flat.append(_canon(weight.reshape(C) if kind == "col" else weight.expand(shape), cdt))
+    params = {"inv_c": 1.0 / C if C else float("nan"), "scale": _scale(R) if reduction == "mean" else 1.0}
+    return _run(D.multilabel_soft_margin_loss(reduction, kind), flat, (R * C, C, R), cdt, params, use_autogen,
+                reduction, shape[:-1], dtype)
+
+
+@_small_to_torch
+def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=None, reduce=None,
+                      reduction="mean", *, use_autogen=False):
+    reduction = _reduction(size_average, reduce, reduction)
+    if p != 1 and p != 2:
+        raise ValueError("only p == 1 and p == 2 supported")
+    if weight is not None and weight.dim() != 1:
+        raise ValueError("weight must be one-dimensional")
+    if input.dim() > 2 or (input.dim() == 2 and input.size(1) == 0):
+        raise RuntimeError(f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: "
+                           f"{list(input.shape)}")
+    R = input.size(0) if input.dim() == 2 else 1
+    C = input.size(-1) if input.dim() else 1
+    if input.dim() == 2 and (target.dim() > 1 or target.numel() != R):
+        raise RuntimeError(f"multi_margin_loss: target tensor should be 1-D with size equal to the number of "
+                           f"input samples (batch size). Expected target size [{R}], but got {list(target.shape)}. "
+                           f"Input has shape {list(input.shape)}.")
+    if input.dim() < 2 and target.numel() != 1:
+        raise RuntimeError(f"inconsistent target size, expected 1 but got {list(target.shape)}")
+    if target.dtype != torch.int64:
+        raise RuntimeError(f"expected scalar type Long but found {_tname(target.dtype)}")
+    if not input.is_floating_point() or input.dtype in _LOW:
+        raise NotImplementedError(f'"multi_margin_loss_cpu_kernel" not implemented for \'{_tname(input.dtype)}\'')
+    if weight is not None:
+        if weight.numel() != C:
+            raise RuntimeError(f"inconsistent weight size, expected {C} but got {list(weight.shape)}")
+        if weight.dtype != input.dtype:
+            raise RuntimeError(f"expected scalar type {_tname(input.dtype)} but found {_tname(weight.dtype)}")
+        _no_grad_weights("multi_margin_loss", weight=weight)
+    if target.numel():
+        t = target.detach().reshape(-1)
+        if bool(((t < 0) | (t >= C)).any()):
+            raise RuntimeError("target out of range")
+    dtype = input.dtype
+    tensors = [_canon(input, dtype), target.reshape(-1).contiguous()]
+    if weight is not None:
+        tensors.append(_canon(weight, dtype))
+    params = {"margin": float(margin), "inv_c": 1.0 / C, "scale": _scale(R) if reduction == "mean" else 1.0}
+    out_shape = target.shape if input.dim() == 2 else ()
+    return _run(D.multi_margin_loss(reduction, int(p), weight is not None), tensors, (R * C, C, R), dtype, params,
+                use_autogen, reduction, out_shape if input.dim() == 2 else torch.Size(), dtype)
+
+
+def _row_inputs(op, tensors, names):
+    """Broadcast row inputs (features on the last axis) in their promoted dtype: (flat tensors, shape)."""
+    _floating(op, *tensors)
+    shape = torch.broadcast_shapes(*[t.shape for t in tensors])
+    dtype = functools.reduce(torch.promote_types, [t.dtype for t in tensors])
+    return shape, dtype
+
+
+def _triplet(op, anchor, positive, negative, margin, p, eps, swap, reduction, use_autogen):
+    shape, dtype = _row_inputs(op, [anchor, positive, negative], None)
+    cdt = _compute_dtype(dtype)
+    if len(shape) == 0:
+        shape = torch.Size([1])
+        out_shape = torch.Size()
+    else:
+        out_shape = shape[:-1]
+    C = shape[-1]
+    R = math.prod(out_shape)
+    flat = [_canon(t.expand(shape), cdt) for t in (anchor, positive, negative)]
+    kind = p if p in (1, 2) else "p"
+    params = {"margin": float(margin), "eps": float(eps), "p": float(p), "scale": _scale(R) if reduction == "mean"
+              else 1.0}
+    return _run(D.triplet_margin_loss(reduction, kind, bool(swap)), flat, (R * C, C, R), cdt, params, use_autogen,
+                reduction, out_shape, dtype)
+
+
+def _triplet_dims(anchor, positive, negative):
+    a, p, n = anchor.ndim, positive.ndim, negative.ndim
+    if not (a == p and p == n):
+        raise RuntimeError(f"The anchor, positive, and negative tensors are expected to have the same number of "
+                           f"dimensions, but got: anchor {a}D, positive {p}D, and negative {n}D inputs")
+
+
+def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False, size_average=None,
+                        reduce=None, reduction="mean", *, use_autogen=False):
+    reduction = _reduction(size_average, reduce, reduction)
+    if margin <= 0:
+        raise ValueError(f"margin must be greater than 0, got {margin}")
+    _triplet_dims(anchor, positive, negative)
+    if not (0 < p < math.inf) or anchor.numel() < SMALL_ELEMENTS["triplet_margin_loss"] and \
+            get_policy() != "aggressive":
+        # p = 0 (a count of non-zeros) and p = inf (a max) are not sums of powers: torch's own kernel
+        return _torch_fallback("triplet_margin_loss", TF.triplet_margin_loss(
+            anchor, positive, negative, margin, p, eps, swap, reduction=reduction), "p outside (0, inf)"
+            if not (0 < p < math.inf) else "small input")
+    return _triplet("triplet_margin_loss", anchor, positive, negative, margin, p, eps, swap, reduction, use_autogen)
+
+
+def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_function=None, margin=1.0, swap=False,
+                                      reduction="mean", use_autogen=False):
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    if margin <= 0:
+        raise ValueError(f"margin must be greater than 0, got {margin}")
+    _triplet_dims(anchor, positive, negative)
+    small = anchor.numel() < SMALL_ELEMENTS["triplet_margin_with_distance_loss"] and get_policy() != "aggressive"
+    p, eps = 2.0, 1e-6  # torch.pairwise_distance's defaults, and the module's PairwiseDistance()
+    if isinstance(distance_function, torch.nn.PairwiseDistance) and not distance_function.keepdim:
+        p, eps, distance_function = distance_function.norm, distance_function.eps, None
+    if distance_function in (None, TF.pairwise_distance, torch.pairwise_distance) and not small and 0 < p < math.inf:
+        return _triplet("triplet_margin_with_distance_loss", anchor, positive, negative, margin, p, eps, swap,
+                        reduction, use_autogen)
+    if distance_function is None:
+        distance_function = functools.partial(TF.pairwise_distance, p=p, eps=eps)
+    # a user's distance callable runs through torch; the rest is torch's few cheap ops on distances
+    out = TF.triplet_margin_with_distance_loss(anchor, positive, negative, distance_function=distance_function,
+                                               margin=margin, swap=swap, reduction=reduction)
+    return _torch_fallback("triplet_margin_with_distance_loss", out,
+                           "small input" if small else "a distance_function callable runs in torch")
+
+
+def _torch_fallback(name, out, reason):
+    if recording():
+        note(name, "fallback", False, "forward", reason)
+        if out.requires_grad:
+            out.register_hook(lambda g: note(name, "fallback", False, "backward", reason))
+    return out
+
+
+@_small_to_torch
+def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean", *,
+                          use_autogen=False):
+    reduction = _reduction(size_average, reduce, reduction)
+    td = target.dim()
+    if td not in (0, 1):
+        raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+    if input1.dim() != (2 if td == 1 else 1):
+        raise RuntimeError(f"{td}D target tensor expects {td + 1}D input tensors, but found inputs with sizes "
+                           f"{list(input1.shape)} and {list(input2.shape)}.")
+    shape, dtype = _row_inputs("cosine_embedding_loss", [input1, input2], None)
+    if td == 1:
+        R = torch.broadcast_shapes(shape[:-1], target.shape)[0]  # torch's error when rows and targets differ
+        shape = torch.Size([R, shape[-1]])
+    else:
+        R = 1
+    cdt = _compute_dtype(dtype)
+    C = shape[-1]
+    tgt = target.detach().to(cdt).reshape(-1).expand(R).contiguous()
+    flat = [_canon(input1.expand(shape), cdt), _canon(input2.expand(shape), cdt), tgt]
+    params = {"margin": float(margin), "scale": _scale(R) if reduction == "mean" else 1.0}
+    return _run(D.cosine_embedding_loss(reduction), flat, (R * C, C, R), cdt, params, use_autogen, reduction,
+                shape[:-1] if td == 1 else torch.Size(), dtype)
 
 
 # -- nonlinearities: torch.nn.functional's signatures; the policy alone picks the path ----------

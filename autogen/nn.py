@@ -12,17 +12,18 @@ def _module(name, torch_cls, fn, attrs, buffers=()):
         torch_cls.__init__(self, *args, **kwargs)
         self.use_autogen = bool(use_autogen)
 
-    def forward(self, input, target):
+    def forward(self, *tensors):
         opts = {a: getattr(self, a) for a in attrs}
         opts.update({b: getattr(self, b) for b in buffers})
-        return fn(input, target, **opts, use_autogen=self.use_autogen)
+        return fn(*tensors, **opts, use_autogen=self.use_autogen)
 
     def extra_repr(self):
         base = torch_cls.extra_repr(self)
         return f"{base}, use_autogen={self.use_autogen}" if base else f"use_autogen={self.use_autogen}"
 
     return type(name, (torch_cls,), {"__init__": __init__, "forward": forward, "extra_repr": extra_repr,
-                                      "__module__": __name__, "__doc__": f"{torch_cls.__doc__ or ''}"})
+                                      "__module__": __name__, "__doc__": f"{torch_cls.__doc__ or ''}",
+                                      "_functional": fn.__name__})
 
 
 MSELoss = _module("MSELoss", nn.MSELoss, F.mse_loss, ["reduction"])
@@ -36,8 +37,33 @@ CrossEntropyLoss = _module("CrossEntropyLoss", nn.CrossEntropyLoss, F.cross_entr
                            ["reduction", "ignore_index", "label_smoothing"], ["weight"])
 NLLLoss = _module("NLLLoss", nn.NLLLoss, F.nll_loss, ["reduction", "ignore_index"], ["weight"])
 
+GaussianNLLLoss = _module("GaussianNLLLoss", nn.GaussianNLLLoss, F.gaussian_nll_loss, ["full", "eps", "reduction"])
+HingeEmbeddingLoss = _module("HingeEmbeddingLoss", nn.HingeEmbeddingLoss, F.hinge_embedding_loss,
+                             ["margin", "reduction"])
+KLDivLoss = _module("KLDivLoss", nn.KLDivLoss, F.kl_div, ["reduction", "log_target"])
+MarginRankingLoss = _module("MarginRankingLoss", nn.MarginRankingLoss, F.margin_ranking_loss,
+                            ["margin", "reduction"])
+MultiLabelSoftMarginLoss = _module("MultiLabelSoftMarginLoss", nn.MultiLabelSoftMarginLoss,
+                                   F.multilabel_soft_margin_loss, ["reduction"], ["weight"])
+MultiMarginLoss = _module("MultiMarginLoss", nn.MultiMarginLoss, F.multi_margin_loss, ["p", "margin", "reduction"],
+                          ["weight"])
+PoissonNLLLoss = _module("PoissonNLLLoss", nn.PoissonNLLLoss, F.poisson_nll_loss,
+                         ["log_input", "full", "eps", "reduction"])
+TripletMarginLoss = _module("TripletMarginLoss", nn.TripletMarginLoss, F.triplet_margin_loss,
+                            ["margin", "p", "eps", "swap", "reduction"])
+TripletMarginWithDistanceLoss = _module("TripletMarginWithDistanceLoss", nn.TripletMarginWithDistanceLoss,
+                                        F.triplet_margin_with_distance_loss,
+                                        ["distance_function", "margin", "swap", "reduction"])
+CosineEmbeddingLoss = _module("CosineEmbeddingLoss", nn.CosineEmbeddingLoss, F.cosine_embedding_loss,
+                              ["margin", "reduction"])
+
 LOSSES = ["MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss", "BCEWithLogitsLoss",
-           "CrossEntropyLoss", "NLLLoss"]
+          "CrossEntropyLoss", "NLLLoss", "GaussianNLLLoss", "HingeEmbeddingLoss", "KLDivLoss", "MarginRankingLoss",
+          "MultiLabelSoftMarginLoss", "MultiMarginLoss", "PoissonNLLLoss", "TripletMarginLoss",
+          "TripletMarginWithDistanceLoss", "CosineEmbeddingLoss"]
+
+# the module for each functional loss name
+BY_FUNCTIONAL = {getattr(globals()[name], "_functional"): globals()[name] for name in LOSSES}
 
 
 def _activation(torch_cls, fn, attrs):

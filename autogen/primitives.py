@@ -28,6 +28,7 @@ class Prim:
     units: tuple = ()              # per argument: the constant that makes op(...) the other argument
     args: str = ""                 # argument kinds when not all float ('b' bool, 'i' index)
     domain: tuple = (-3.0, 3.0)    # where the op is defined and smooth: the range tests sample from
+    first_level: bool = False      # the result lives at its first argument's level (not the join of all)
 
     def infer(self, args):
         """Level and kind of this op applied to `args`."""
@@ -42,6 +43,8 @@ class Prim:
             if x.op != "input" or not x.level & COL or idx.kind != "i" or idx.level & COL:
                 raise ValueError("gather: takes an input tensor varying along the row and a per-row index")
             level = (x.level & ~COL) | idx.level
+        elif self.first_level:
+            level = args[0].level
         else:
             level = 0
             for a in args:
@@ -152,4 +155,5 @@ _prim("iota", 0, "leaf", "__j", None, _nograd, kind="i")
 # with respect to x (give it detach(v) to replace v's own derivative: torch's explicit formulas)
 _prim("detach", 1, "identity", "{0}", lambda a: a, lambda g, o, a: (None,))
 _prim("expand", 2, "identity", "{0}", lambda a, like: a.expand(torch.broadcast_shapes(a.shape, like.shape)), lambda g, o, a, like: (g, None))
-_prim("gradfix", 3, "identity", "{0}", lambda v, x, d: v, lambda g, o, v, x, d: (g, g * d, None))
+_prim("gradfix", 3, "identity", "{0}", lambda v, x, d: v, lambda g, o, v, x, d: (g, g * d, None),
+      first_level=True)

@@ -13,6 +13,7 @@ class Case:
     make: callable       # (dtype) -> (positional tensors, which of them get gradients)
     options: dict = field(default_factory=dict)  # kwargs; callables are called with dtype
     label: str = ""
+    reductions: tuple = REDUCTIONS
 
     @property
     def id(self):
@@ -97,6 +98,110 @@ CASES = [
     Case("nll_loss", lambda d: _log_probs(d, ignore=1), {"ignore_index": 1, "weight": _w((7,))}, "ignore"),
     Case("nll_loss", _kdim, {}, "kdim"),
 ]
+
+
+
+def _sign(*shape):
+    return lambda dtype: (torch.randint(0, 2, shape) * 2 - 1).to(dtype)
+
+
+def _gauss(var_shape):
+    def make(dtype):
+        return (torch.randn(6, 7, dtype=dtype), torch.randn(6, 7, dtype=dtype),
+                torch.rand(var_shape, dtype=dtype) + 0.1), (0, 1, 2)
+    return make
+
+
+def _hinge(dtype):
+    t = _sign(6, 7)(dtype)
+    t[0, :3] = 0.5  # neither 1 nor -1: both terms count, as in torch
+    return (torch.randn(6, 7, dtype=dtype) * 2, t), (0,)
+
+
+def _kl(log_target, zero=False):
+    def make(dtype):
+        t = torch.softmax(torch.randn(6, 7, dtype=dtype), -1)
+        if log_target:
+            t = t.log()
+        elif zero:
+            t[0, 0] = 0.0  # xlogy(0, 0) = 0; the target's gradient there is NaN, as in torch
+        return (torch.log_softmax(torch.randn(6, 7, dtype=dtype), -1), t), (0, 1)
+    return make
+
+
+def _ranking(dtype):
+    return (torch.randn(9, dtype=dtype), torch.randn(9, dtype=dtype), _sign(9)(dtype)), (0, 1)
+
+
+def _multilabel(dtype):
+    return (torch.randn(6, 7, dtype=dtype) * 2, torch.randint(0, 2, (6, 7)).to(dtype)), (0, 1)
+
+
+def _poisson(log_input):
+    def make(dtype):
+        x = torch.randn(6, 7, dtype=dtype) if log_input else torch.rand(6, 7, dtype=dtype) * 3 + 0.1
+        t = torch.rand(6, 7, dtype=dtype) * 4 + 0.05  # both sides of the Stirling cut at 1
+        return (x, t), (0, 1)
+    return make
+
+
+def _triplet(dtype, shape=(6, 7)):
+    return tuple(torch.randn(shape, dtype=dtype) for _ in range(3)), (0, 1, 2)
+
+
+def _cosine(dtype, rows=6):
+    t = _sign(rows)(dtype)
+    if rows > 2:
+        t[2] = 0.0  # neither: no loss, as in torch
+    return (torch.randn(rows, 7, dtype=dtype), torch.randn(rows, 7, dtype=dtype), t), (0, 1)
+
+
+def _cosine_1d(dtype):
+    return (torch.randn(7, dtype=dtype), torch.randn(7, dtype=dtype), torch.tensor(-1.0, dtype=dtype)), (0, 1)
+
+
+def _sqdist(a, b):
+    return ((a - b) ** 2).sum(-1)
+
+
+CASES += [
+    Case("gaussian_nll_loss", _gauss((6, 7))),
+    Case("gaussian_nll_loss", _gauss((6, 7)), {"full": True, "eps": 0.3}, "full-eps"),
+    Case("gaussian_nll_loss", _gauss((6,)), {}, "var-one-fewer-dim"),
+    Case("gaussian_nll_loss", _gauss((6, 1)), {}, "var-last-dim-1"),
+    Case("hinge_embedding_loss", _hinge),
+    Case("hinge_embedding_loss", _hinge, {"margin": 0.4}, "margin"),
+    Case("kl_div", _kl(False), {}, "", ("none", "mean", "sum", "batchmean")),
+    Case("kl_div", _kl(False, zero=True), {}, "zero-target", ("none", "mean", "sum", "batchmean")),
+    Case("kl_div", _kl(True), {"log_target": True}, "log_target", ("none", "mean", "sum", "batchmean")),
+    Case("margin_ranking_loss", _ranking),
+    Case("margin_ranking_loss", _ranking, {"margin": 0.3}, "margin"),
+    Case("multilabel_soft_margin_loss", _multilabel),
+    Case("multilabel_soft_margin_loss", _multilabel, {"weight": _w((7,))}, "weight"),
+    Case("multilabel_soft_margin_loss", _multilabel, {"weight": _w((6, 7))}, "weight-full"),
+    Case("multi_margin_loss", lambda d: _classes(d)),
+    Case("multi_margin_loss", lambda d: _classes(d), {"p": 2, "margin": 0.6}, "p2-margin"),
+    Case("multi_margin_loss", lambda d: _classes(d), {"weight": _w((7,))}, "weight"),
+    Case("multi_margin_loss", lambda d: _classes(d), {"p": 2, "weight": _w((7,))}, "p2-weight"),
+    Case("multi_margin_loss", lambda d: ((torch.randn(7, dtype=d), torch.tensor(3)), (0,)), {}, "1d"),
+    Case("poisson_nll_loss", _poisson(True)),
+    Case("poisson_nll_loss", _poisson(True), {"full": True}, "full"),
+    Case("poisson_nll_loss", _poisson(False), {"log_input": False, "eps": 1e-3}, "linear"),
+    Case("poisson_nll_loss", _poisson(False), {"log_input": False, "full": True}, "linear-full"),
+    Case("triplet_margin_loss", _triplet),
+    Case("triplet_margin_loss", _triplet, {"p": 1, "margin": 2.0}, "p1-margin"),
+    Case("triplet_margin_loss", _triplet, {"p": 3.0, "eps": 1e-3}, "p3-eps"),
+    Case("triplet_margin_loss", _triplet, {"swap": True}, "swap"),
+    Case("triplet_margin_loss", lambda d: _triplet(d, (7,)), {}, "1d"),
+    Case("triplet_margin_with_distance_loss", _triplet),
+    Case("triplet_margin_with_distance_loss", _triplet, {"margin": 0.5, "swap": True}, "swap-margin"),
+    Case("cosine_embedding_loss", _cosine),
+    Case("cosine_embedding_loss", _cosine, {"margin": 0.2}, "margin"),
+    Case("cosine_embedding_loss", _cosine_1d, {"margin": -0.5}, "1d"),
+]
+
+# a callable distance runs through torch (not fused): tested on its own in test_losses
+DISTANCE_CASE = Case("triplet_margin_with_distance_loss", _triplet, {"distance_function": lambda dtype: _sqdist}, "callable")
 
 # path -> (policy, use_autogen, paths each recorded call may take, whether calls are fused)
 PATHS = {

@@ -1,4 +1,5 @@
 """The public API: policy, record, explain, the nn modules."""
+import inspect
 import threading
 
 import pytest
@@ -8,6 +9,7 @@ import torch.nn.functional as TF
 import autogen
 import autogen.nn as agnn
 from autogen import functional as AF
+from cases import CASES
 
 
 def test_policy_names_and_default():
@@ -77,6 +79,35 @@ def test_modules_take_torch_arguments_and_use_autogen():
     for name in agnn.LOSSES:
         ours, theirs = getattr(agnn, name)(use_autogen=True), getattr(torch.nn, name)()
         assert type(ours).__mro__[1] is type(theirs)
+
+
+def _module_case(c):
+    """Cases whose options torch's module takes (its weighted mse/l1/huber are functional only)."""
+    params = inspect.signature(getattr(torch.nn, agnn.BY_FUNCTIONAL[c.name].__name__)).parameters
+    return c.label != "callable" and all(k in params for k in c.options)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if _module_case(c)], ids=lambda c: c.id)
+def test_every_loss_module_matches_torchs(case):
+    cls = agnn.BY_FUNCTIONAL[case.name]
+    args, kwargs = case.build(torch.float64)
+    reduction = case.reductions[-1]
+    ours, theirs = cls(**kwargs, reduction=reduction, use_autogen=True), getattr(torch.nn, cls.__name__)(
+        **kwargs, reduction=reduction)
+    mine = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+    with autogen.policy("aggressive"), autogen.record() as rec:
+        out = ours(*mine)
+        got = torch.autograd.grad(out.sum(), [a for a in mine if a.requires_grad])
+    ref = theirs(*args)
+    want = torch.autograd.grad(ref.sum(), [a for a in args if a.requires_grad])
+    torch.testing.assert_close(out, ref)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, equal_nan=True)
+    assert rec.calls and all(c.path == "autogen" and c.fused for c in rec.calls)
+
+
+def test_all_eighteen_losses_have_modules():
+    assert sorted(agnn.BY_FUNCTIONAL) == sorted(AF.LOSSES) and len(AF.LOSSES) == 18
 
 
 def test_modules_forward_options():
