@@ -89,8 +89,14 @@ def binary_cross_entropy_with_logits(reduction, weighted, pos_weighted):
     if pos_weighted:
         pw = x_elem("pos_weight")
         inputs.append(pw)
-        log_sig = log_sig * ((pw - 1.0) * t + 1.0)
-    item = (1.0 - t) * x - log_sig
+        item = (1.0 - t) * x - log_sig * ((pw - 1.0) * t + 1.0)
+        # torch's explicit derivatives (finite where the composed ones give inf - inf)
+        dx = (pw * t + 1.0 - t) * A("sigmoid", x) - pw * t
+        dt = (A("minimum", -x, 0.0) - A("log1p", A("exp", -A("abs", x)))) - pw * log_sig
+    else:
+        item = (1.0 - t) * x - log_sig
+        dx, dt = A("sigmoid", x) - t, -x
+    item = A("gradfix", A("gradfix", A("detach", item), x, dx), t, dt)
     if weighted:
         w = x_elem("weight")
         inputs.append(w)
@@ -243,7 +249,10 @@ def multilabel_soft_margin_loss(reduction, weight):
 def multi_margin_loss(reduction, p, weighted):
     x, y = x_elem("input"), inp("target", ROW, "i")
     z = param("margin") - A("gather", x, y) + x
-    hinge = A("where", A("gt", z, 0.0), z if p == 1 else z * z, 0.0)
+    on = A("gt", z, 0.0)
+    # torch's backward: slope 1 (p=1) or 2z (p=2) where z > 0, else exactly 0 (also for a NaN z)
+    hinge = A("gradfix", A("detach", A("where", on, z if p == 1 else z * z, 0.0)), z,
+              A("where", on, 1.0 if p == 1 else 2.0 * z, 0.0))
     per_row = A("sum_row", A("where", A("ne", iota(), y), hinge, 0.0)) * param("inv_c")
     inputs = [x, y]
     if weighted:

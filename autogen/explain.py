@@ -42,15 +42,16 @@ def _resolve(name_or_module):
         return name_or_module, type(name_or_module).__name__
     name = str(name_or_module)
     if name in agnn.LOSSES:
-        return getattr(agnn, name)(use_autogen=True), name
+        cls = getattr(agnn, name)
+        return (lambda *a, **options: cls(**options, use_autogen=True)(*a)), name
     if name in F.LOSSES:
         fn = getattr(F, name)
-        return (lambda *a: fn(*a, use_autogen=True)), name
+        return (lambda *a, **options: fn(*a, **options, use_autogen=True)), name
     known = ", ".join(list(F.LOSSES) + agnn.LOSSES)
     raise ValueError(f"unknown loss {name!r}; known: {known}")
 
 
-def explain(name_or_module, *example_inputs):
+def explain(name_or_module, *example_inputs, **options):
     """Run the loss once (forward and backward) on the examples and explain what ran."""
     from .executor import fused_plan
     fn, label = _resolve(name_or_module)
@@ -59,7 +60,7 @@ def explain(name_or_module, *example_inputs):
     _capture.active, _capture.problems = True, []
     try:
         with record() as rec:
-            out = fn(*inputs)
+            out = fn(*inputs, **options) if options else fn(*inputs)
             if out.requires_grad:
                 out.sum().backward()
         if not _capture.problems:  # torch ran it (small input): still show the graph we would run
@@ -67,7 +68,7 @@ def explain(name_or_module, *example_inputs):
             F.SMALL_ELEMENTS = dict.fromkeys(saved, 0)
             try:
                 with record():
-                    fn(*[t.detach() if isinstance(t, torch.Tensor) else t for t in inputs])
+                    fn(*[t.detach() if isinstance(t, torch.Tensor) else t for t in inputs], **options)
             finally:
                 F.SMALL_ELEMENTS = saved
     finally:

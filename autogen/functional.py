@@ -427,10 +427,8 @@ def margin_ranking_loss(input1, input2, target, margin=0, size_average=None, red
             f"margin_ranking_loss : All input tensors should have same dimension but got sizes: "
             f"input1: {input1.size()}, input2: {input2.size()}, target: {target.size()} ")
     tensors = [input1, input2, target]
-    if not any(t.is_floating_point() for t in tensors):
-        _floating("margin_ranking_loss", input1)
     dtype = functools.reduce(torch.promote_types, [t.dtype for t in tensors])
-    tensors = [t if t.is_floating_point() else t.to(dtype) for t in tensors]
+    tensors = _as_float([t if t.is_floating_point() else t.to(dtype) for t in tensors])
     return _flat("margin_ranking_loss", tensors, use_autogen, reduction, D.margin_ranking_loss(reduction),
                  {"margin": float(margin)})
 
@@ -519,6 +517,11 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
                 use_autogen, reduction, out_shape if input.dim() == 2 else torch.Size(), dtype)
 
 
+def _as_float(tensors):
+    """Integer inputs as torch's default float dtype: triplet, cosine and ranking losses take them."""
+    return [t if t.is_floating_point() or t.is_complex() else t.to(torch.get_default_dtype()) for t in tensors]
+
+
 def _row_inputs(op, tensors, names):
     """Broadcast row inputs (features on the last axis) in their promoted dtype: (flat tensors, shape)."""
     _floating(op, *tensors)
@@ -528,6 +531,7 @@ def _row_inputs(op, tensors, names):
 
 
 def _triplet(op, anchor, positive, negative, margin, p, eps, swap, reduction, use_autogen):
+    anchor, positive, negative = _as_float([anchor, positive, negative])
     shape, dtype = _row_inputs(op, [anchor, positive, negative], None)
     cdt = _compute_dtype(dtype)
     if len(shape) == 0:
@@ -608,6 +612,7 @@ def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, r
     if input1.dim() != (2 if td == 1 else 1):
         raise RuntimeError(f"{td}D target tensor expects {td + 1}D input tensors, but found inputs with sizes "
                            f"{list(input1.shape)} and {list(input2.shape)}.")
+    input1, input2 = _as_float([input1, input2])
     shape, dtype = _row_inputs("cosine_embedding_loss", [input1, input2], None)
     if td == 1:
         R = torch.broadcast_shapes(shape[:-1], target.shape)[0]  # torch's error when rows and targets differ

@@ -52,6 +52,50 @@ BAD = {
     "nll-float-target": lambda F: F.nll_loss(x, tgt.float()),
     "nll-weight-size": lambda F: F.nll_loss(x, tgt, weight=torch.ones(3)),
     "nll-ignore-is-not-a-bound": lambda F: F.nll_loss(x, torch.tensor([0, 5, 1]), ignore_index=4),
+    "gauss-negative-var": lambda F: F.gaussian_nll_loss(x, y, -torch.ones(3, 4)),
+    "gauss-negative-float-var": lambda F: F.gaussian_nll_loss(x, y, -1.0),
+    "gauss-var-size": lambda F: F.gaussian_nll_loss(x, y, torch.ones(4)),
+    "gauss-var-two-mismatches": lambda F: F.gaussian_nll_loss(x, y, torch.ones(1, 1)),
+    "gauss-reduction": lambda F: F.gaussian_nll_loss(x, y, torch.ones(3, 4), reduction="batchmean"),
+    "gauss-int-var": lambda F: F.gaussian_nll_loss(x, y, 1),
+    "hinge-shape": lambda F: F.hinge_embedding_loss(x, torch.ones(5)),
+    "hinge-reduction": lambda F: F.hinge_embedding_loss(x, y, reduction="avg"),
+    "kl-int": lambda F: F.kl_div(long3, long3),
+    "kl-reduction": lambda F: F.kl_div(x, y, reduction="foo"),
+    "kl-shape": lambda F: F.kl_div(x, torch.randn(5)),
+    "ranking-dims": lambda F: F.margin_ranking_loss(x, y, torch.ones(4)),
+    "ranking-shape": lambda F: F.margin_ranking_loss(x, y, torch.ones(3, 5)),
+    "mlsm-0d": lambda F: F.multilabel_soft_margin_loss(torch.tensor(1.0), torch.tensor(1.0)),
+    "mlsm-reduction": lambda F: F.multilabel_soft_margin_loss(x, q, reduction="max"),
+    "mlsm-weight-size": lambda F: F.multilabel_soft_margin_loss(x, q, weight=torch.ones(3)),
+    "mm-target-high": lambda F: F.multi_margin_loss(x, torch.tensor([0, 1, 4])),
+    "mm-target-negative": lambda F: F.multi_margin_loss(x, torch.tensor([0, -1, 2])),
+    "mm-target-huge": lambda F: F.multi_margin_loss(x, torch.tensor([0, 1, 2**31])),
+    "mm-target-int32": lambda F: F.multi_margin_loss(x, tgt.int()),
+    "mm-target-float": lambda F: F.multi_margin_loss(x, tgt.float()),
+    "mm-target-size": lambda F: F.multi_margin_loss(x, torch.tensor([0, 1])),
+    "mm-3d": lambda F: F.multi_margin_loss(torch.randn(2, 3, 4), torch.tensor([0, 1])),
+    "mm-no-classes": lambda F: F.multi_margin_loss(torch.randn(3, 0), tgt),
+    "mm-p3": lambda F: F.multi_margin_loss(x, tgt, p=3),
+    "mm-weight-2d": lambda F: F.multi_margin_loss(x, tgt, weight=torch.ones(2, 2)),
+    "mm-weight-size": lambda F: F.multi_margin_loss(x, tgt, weight=torch.ones(3)),
+    "mm-weight-dtype": lambda F: F.multi_margin_loss(x, tgt, weight=torch.ones(4, dtype=torch.float64)),
+    "mm-weight-grad": lambda F: F.multi_margin_loss(x, tgt, weight=torch.ones(4, requires_grad=True)),
+    "mm-half": lambda F: F.multi_margin_loss(x.half(), tgt),
+    "mm-int": lambda F: F.multi_margin_loss(torch.ones(3, 4, dtype=torch.long), tgt),
+    "poisson-reduction": lambda F: F.poisson_nll_loss(x, y, reduction="batchmean"),
+    "poisson-shape": lambda F: F.poisson_nll_loss(x, torch.randn(5)),
+    "triplet-dims": lambda F: F.triplet_margin_loss(x, y, y[0]),
+    "triplet-margin": lambda F: F.triplet_margin_loss(x, y, y, margin=0.0),
+    "triplet-shape": lambda F: F.triplet_margin_loss(x, y, torch.randn(3, 5)),
+    "tmwd-dims": lambda F: F.triplet_margin_with_distance_loss(x, y, y[0]),
+    "tmwd-margin": lambda F: F.triplet_margin_with_distance_loss(x, y, y, margin=-1.0),
+    "tmwd-reduction": lambda F: F.triplet_margin_with_distance_loss(x, y, y, reduction="batchmean"),
+    "cos-2d-target": lambda F: F.cosine_embedding_loss(x, y, torch.ones(3, 1)),
+    "cos-1d-target-1d-inputs": lambda F: F.cosine_embedding_loss(x[0], y[0], torch.ones(3)),
+    "cos-0d-target-2d-inputs": lambda F: F.cosine_embedding_loss(x, y, torch.tensor(1.0)),
+    "cos-rows": lambda F: F.cosine_embedding_loss(x, y, torch.ones(2)),
+    "cos-features": lambda F: F.cosine_embedding_loss(x, torch.randn(3, 5), torch.ones(3)),
 }
 
 
@@ -80,7 +124,10 @@ def test_rejects_like_torch(name, use_autogen):
 
 
 def test_messages_match_torch_for_index_errors():
-    for name in ["ce-target-high", "ce-target-negative", "nll-target-high", "ce-batch", "ce-weight-size"]:
+    for name in ["ce-target-high", "ce-target-negative", "nll-target-high", "ce-batch", "ce-weight-size",
+                 "mm-target-high", "mm-target-negative", "mm-target-size", "mm-weight-size", "mm-p3",
+                 "gauss-var-size", "ranking-dims", "cos-2d-target", "cos-1d-target-1d-inputs", "triplet-margin",
+                 "tmwd-dims"]:
         expected = _torch_error(BAD[name])
         with pytest.raises(type(expected)) as got:
             BAD[name](AF)

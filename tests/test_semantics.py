@@ -178,3 +178,98 @@ def test_no_warning_for_equal_sizes():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         AF.mse_loss(torch.randn(3), torch.randn(3), use_autogen=True)
+
+
+# -- every case of the loss table under layout, precision, size and value changes --------------
+from cases import CASES  # noqa: E402
+
+
+def _check(case, transform, reduction, **tol):
+    """Torch and ours on the case's inputs after transform(list of tensors, kwargs); ours must raise
+    what torch raises, or match it in value and gradient (NaN where torch has NaN)."""
+    args, kwargs = case.build(torch.float64)
+    args, kwargs = transform([a.detach() for a in args], kwargs)
+    args = [a.requires_grad_(r.requires_grad and a.is_floating_point()) for a, r in zip(args, case.build(
+        torch.float64)[0])]
+    kwargs = dict(kwargs, reduction=reduction)
+    try:
+        getattr(TF, case.name)(*[a.detach() for a in args], **kwargs)
+    except Exception as exc:  # noqa: BLE001
+        with pytest.raises(type(exc)), autogen.policy("aggressive"):
+            getattr(AF, case.name)(*args, **kwargs, use_autogen=True)
+        return
+    out, ref, got, want = both(case.name, args, kwargs)
+    close(out, ref, **tol)
+    for g, w in zip(got, want):
+        if w is None:
+            assert g is None or not g.any()
+        else:
+            close(g, w, **tol)
+
+
+def _low(dtype):
+    def to(args, kwargs):
+        conv = [a.to(dtype) if a.is_floating_point() else a for a in args]
+        return conv, {k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                      for k, v in kwargs.items()}
+    return to
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_table_low_precision(case, dtype):
+    _check(case, _low(dtype), case.reductions[1], rtol=3e-2, atol=3e-2)
+
+
+def _transposed(args, kwargs):  # same values, column-major strides
+    return [a.t().contiguous().t() if a.dim() == 2 else a for a in args], kwargs
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_table_non_contiguous(case):
+    _check(case, _transposed, "none")
+
+
+def _empty_batch(args, kwargs):
+    return [a[:0] if a.dim() >= 1 and a.size(0) > 1 else a for a in args], kwargs
+
+
+# torch's multi_margin_loss returns uninitialized memory for the mean of an empty batch; ours is NaN
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("case", [c for c in CASES if c.label != "1d"], ids=lambda c: c.id)
+def test_table_empty_batch(case, reduction):
+    if case.name == "multi_margin_loss" and reduction == "mean":
+        args, kwargs = _empty_batch(*case.build(torch.float64)[:1], dict(case.build(torch.float64)[1]))
+        with autogen.policy("aggressive"):
+            assert AF.multi_margin_loss(*args, **kwargs, use_autogen=True).isnan()
+        return
+    _check(case, _empty_batch, reduction)
+
+
+def _with_specials(args, kwargs):
+    """The input (the first floating 2-D tensor) carries NaN, +-Inf, +-1e30, a subnormal, 0 and +-100."""
+    out, done = [], False
+    for a in args:
+        if a.is_floating_point() and a.dim() == 2 and not done:
+            a, done = a.clone(), True
+            a.view(-1)[: min(len(SPECIAL), a.numel())] = SPECIAL[: a.numel()].to(a.dtype)
+        out.append(a)
+    return out, kwargs
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_table_nan_inf_extremes(case):
+    _check(case, _with_specials, "none")
+
+
+@pytest.mark.parametrize("name", ["triplet_margin_loss", "triplet_margin_with_distance_loss",
+                                  "cosine_embedding_loss", "margin_ranking_loss"])
+def test_integer_inputs_accepted_as_torch_does(name):
+    a, b = torch.randint(-3, 4, (5, 6)), torch.randint(-3, 4, (5, 6))
+    third = {"cosine_embedding_loss": torch.ones(5), "margin_ranking_loss": torch.ones(5, 6, dtype=torch.long)}
+    args = [a, b, third.get(name, torch.randint(-3, 4, (5, 6)))]
+    for reduction in ["none", "sum"]:
+        ref = getattr(TF, name)(*args, reduction=reduction)
+        with autogen.policy("aggressive"):
+            out = getattr(AF, name)(*args, reduction=reduction, use_autogen=True)
+        close(out, ref)
