@@ -19,8 +19,36 @@ import autogen
 from autogen import functional as AF
 
 
+ROWS = ("multilabel_soft_margin_loss", "multi_margin_loss", "triplet_margin_loss",
+        "triplet_margin_with_distance_loss", "cosine_embedding_loss")
+OPTIONS = {"kl_div": {"reduction": "batchmean"}}
+
+
 def inputs(name, n_elems):
-    """Inputs of about n_elems elements (cross-entropy/nll as rows of 512 classes)."""
+    """Inputs of about n_elems elements (row losses as rows of 512 classes or features)."""
+    if name in ROWS:
+        c = 512 if n_elems >= 512 * 8 else 32
+        r = max(n_elems // c, 1)
+        x = torch.randn(r, c).requires_grad_()
+        if name == "multilabel_soft_margin_loss":
+            return [x, torch.randint(0, 2, (r, c)).float()]
+        if name == "multi_margin_loss":
+            return [x, torch.randint(0, c, (r,))]
+        if name == "cosine_embedding_loss":
+            return [x, torch.randn(r, c), torch.randint(0, 2, (r,)).float() * 2 - 1]
+        return [x, torch.randn(r, c), torch.randn(r, c)]
+    side = int(math.sqrt(n_elems))
+    if name == "gaussian_nll_loss":
+        return [torch.randn(side, side).requires_grad_(), torch.randn(side, side), torch.rand(side, side) + 0.1]
+    if name == "hinge_embedding_loss":
+        return [torch.randn(side, side).requires_grad_(), torch.randint(0, 2, (side, side)).float() * 2 - 1]
+    if name == "kl_div":
+        return [torch.randn(side, side).log_softmax(-1).requires_grad_(), torch.randn(side, side).softmax(-1)]
+    if name == "margin_ranking_loss":
+        return [torch.randn(side * side).requires_grad_(), torch.randn(side * side),
+                torch.randint(0, 2, (side * side,)).float() * 2 - 1]
+    if name == "poisson_nll_loss":
+        return [torch.randn(side, side).requires_grad_(), torch.rand(side, side) * 4]
     if name in ("cross_entropy", "nll_loss"):
         c = 512 if n_elems >= 512 * 8 else 32
         r = max(n_elems // c, 1)
@@ -61,28 +89,30 @@ def fwd_bwd(fn, args):
 
 
 VARIANTS = {
-    "eager": lambda name: getattr(TF, name),
-    "fused": lambda name: lambda *a: _under("aggressive", getattr(AF, name), a, True),
-    "default": lambda name: lambda *a: _under("medium", getattr(AF, name), a, True),
-    "primitive": lambda name: lambda *a: _under("medium", getattr(AF, name), a, False),
+    "eager": lambda name: lambda *a: getattr(TF, name)(*a, **OPTIONS.get(name, {})),
+    "fused": lambda name: lambda *a: _under("aggressive", getattr(AF, name), a, True, name),
+    "default": lambda name: lambda *a: _under("medium", getattr(AF, name), a, True, name),
+    "primitive": lambda name: lambda *a: _under("medium", getattr(AF, name), a, False, name),
 }
 
 
-def _under(pol, fn, args, use_autogen):
+def _under(pol, fn, args, use_autogen, name):
     with autogen.policy(pol):
-        return fn(*args, use_autogen=use_autogen)
+        return fn(*args, use_autogen=use_autogen, **OPTIONS.get(name, {}))
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--elems", type=int, default=1 << 22)
+    ap.add_argument("--losses", nargs="*", default=list(AF.LOSSES), help="losses to time (default: all)")
+    ap.add_argument("--no-nonlinearities", action="store_true", help="skip the nonlinearity table")
     args = ap.parse_args()
     reps = 5 if args.quick else 15
-    names = AF.LOSSES
+    names = args.losses
     rows = []
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, ~{args.elems:,} elements "
-          f"(cross_entropy/nll: {args.elems // 512}x512), forward+backward, median of {reps}")
+          f"(class and row losses: {args.elems // 512}x512), forward+backward, median of {reps}")
     head = (f"{'loss':34s} {'eager ms':>9s} {'fused ms':>9s} {'default':>9s} {'prim ms':>9s} "
             f"{'eager/fused':>11s} {'prim/fused':>10s} {'eager/fused@1K':>14s}")
     print(head)
@@ -116,11 +146,12 @@ def main():
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    nl_rows, nl_geo = bench_nonlinearities(args.elems, reps)
-    with open(os.path.join(out, "nonlinearities.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(nl_rows[0]))
-        w.writeheader()
-        w.writerows(nl_rows)
+    nl_rows, nl_geo = bench_nonlinearities(args.elems, reps) if not args.no_nonlinearities else ([], None)
+    if nl_rows:
+        with open(os.path.join(out, "nonlinearities.csv"), "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(nl_rows[0]))
+            w.writeheader()
+            w.writerows(nl_rows)
     with open(os.path.join(out, "losses.json"), "w") as f:
         json.dump({"rows": rows, "geomean_eager_over_fused": geo, "geomean_eager_over_default": geo_default,
                    "geomean_primitive_over_fused": geo_prim, "threads": torch.get_num_threads(),
