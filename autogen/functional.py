@@ -27,9 +27,10 @@ _LOW = (torch.float16, torch.bfloat16)
 # 'aggressive' policy ignores them, and AUTOGEN_SMALL_ELEMENTS=N sets one value for all losses.
 SMALL_ELEMENTS = {"mse_loss": 1 << 17, "l1_loss": 1 << 15, "smooth_l1_loss": 1 << 19, "huber_loss": 1 << 19,
                   "binary_cross_entropy": 1 << 13, "binary_cross_entropy_with_logits": 1 << 18,
-                  "cross_entropy": 1 << 19, "nll_loss": 1 << 22, "gaussian_nll_loss": 0, "hinge_embedding_loss": 0,
-                 "kl_div": 0, "margin_ranking_loss": 0, "multilabel_soft_margin_loss": 0, "multi_margin_loss": 0,
-                 "poisson_nll_loss": 0, "triplet_margin_loss": 0, "triplet_margin_with_distance_loss": 0,
+                  "cross_entropy": 1 << 19, "nll_loss": 1 << 22, "gaussian_nll_loss": 1 << 16,
+                 "hinge_embedding_loss": 1 << 13, "kl_div": 1 << 15, "margin_ranking_loss": 1 << 16,
+                 "multilabel_soft_margin_loss": 1 << 12, "multi_margin_loss": 1 << 16, "poisson_nll_loss": 1 << 15,
+                 "triplet_margin_loss": 1 << 14, "triplet_margin_with_distance_loss": 1 << 14,
                  "cosine_embedding_loss": 0}
 if os.environ.get("AUTOGEN_SMALL_ELEMENTS"):
     SMALL_ELEMENTS = dict.fromkeys(SMALL_ELEMENTS, int(os.environ["AUTOGEN_SMALL_ELEMENTS"]))

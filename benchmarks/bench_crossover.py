@@ -1,6 +1,6 @@
 """Where our kernels start to beat torch eager: forward+backward time ratio by input size.
 
-Run: `python benchmarks/bench_crossover.py`. The size thresholds below which autogen.functional
+Run: `python benchmarks/bench_crossover.py [loss ...]`. The size thresholds below which autogen.functional
 hands a loss to torch's own kernel (functional.SMALL_ELEMENTS) come from this table.
 """
 import os
@@ -19,7 +19,7 @@ def main():
     AF.SMALL_ELEMENTS = dict.fromkeys(AF.SMALL_ELEMENTS, 0)  # measure our kernels at every size
     print("eager time / our default-path time, forward+backward (>1: ours is faster)")
     print(f"{'loss':34s} " + " ".join(f"{n:>9d}" for n in SIZES))
-    for name in AF.LOSSES:
+    for name in sys.argv[1:] or AF.LOSSES:
         ratios = []
         for n in SIZES:
             args = inputs(name, n)
