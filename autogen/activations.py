@@ -11,6 +11,7 @@ import torch
 
 from .executor import LossGraph, Problem, execute, handwritten_for
 from .ir import ELEM, ROW, SCALAR, apply as A, input as inp, param
+from .policies import tracing as _tracing
 
 ONE_SIXTH_F32 = 0.1666666716337204  # torch's hardsigmoid backward multiplies by 1.0f / 6.0f in every dtype
 SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
@@ -168,6 +169,9 @@ def _dtype(input, name):
 
 def run(name, input, inplace=False, variant=None, **options):
     """Apply nonlinearity `name` through the policy's path; torch's semantics for `inplace`."""
+    if _tracing():  # inside an @autogen_loss trace: torch's op, lowered into the caller's graph
+        kw = dict(options, **({"approximate": variant} if variant is not None else {}))
+        return getattr(torch.nn.functional, name)(input, **kw, **({"inplace": True} if inplace else {}))
     cdt = _dtype(input, name)
     src = input
     if inplace and torch.is_grad_enabled() and input.requires_grad:
@@ -184,6 +188,8 @@ def run(name, input, inplace=False, variant=None, **options):
 
 def prelu(input, weight):
     """torch.nn.functional.prelu: one weight, or one per channel (dim 1; dim 0 of a 1-D input)."""
+    if _tracing():
+        return torch.nn.functional.prelu(input, weight)
     cdt = _dtype(input, "prelu")
     if weight.numel() == 1:
         x = input.to(cdt).contiguous()
@@ -204,6 +210,8 @@ def prelu(input, weight):
 
 
 def glu(input, dim=-1):
+    if _tracing():
+        return torch.nn.functional.glu(input, dim)
     cdt = _dtype(input, "glu")
     if input.dim() == 0:
         raise RuntimeError("glu does not support scalars because halving size must be even")

@@ -11,3 +11,11 @@ class CompileError(AutogenError):
 
 class ScheduleError(AutogenError):
     """A graph cannot be laid out as one fused loop nest."""
+
+
+class TracingError(AutogenError):
+    """A custom loss cannot be traced to a static graph (Python control flow on a tensor's value)."""
+
+
+class UnsupportedOpError(AutogenError):
+    """A custom loss uses an op the primitive IR cannot express (raised in strict mode)."""

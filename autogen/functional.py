@@ -10,7 +10,7 @@ from torch.nn import _reduction as _Reduction
 
 from . import decompositions as D
 from .executor import Problem, execute, handwritten_for
-from .policies import get_policy, note, recording
+from .policies import get_policy, note, recording, tracing
 
 LOSSES = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
           "binary_cross_entropy_with_logits", "cross_entropy", "nll_loss", "gaussian_nll_loss",
@@ -43,6 +43,8 @@ def _small_to_torch(fn):
 
     @functools.wraps(fn)
     def wrapper(input, target, *args, use_autogen=False, **kwargs):
+        if tracing():  # inside an @autogen_loss trace: torch's ops, lowered into the caller's graph
+            return torch_fn(input, target, *args, **kwargs)
         numel = input.numel()
         limit = SMALL_ELEMENTS[name]
         if numel >= limit or get_policy() == "aggressive":
@@ -563,7 +565,7 @@ def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, s
     if margin <= 0:
         raise ValueError(f"margin must be greater than 0, got {margin}")
     _triplet_dims(anchor, positive, negative)
-    if not (0 < p < math.inf) or anchor.numel() < SMALL_ELEMENTS["triplet_margin_loss"] and \
+    if tracing() or not (0 < p < math.inf) or anchor.numel() < SMALL_ELEMENTS["triplet_margin_loss"] and \
             get_policy() != "aggressive":
         # p = 0 (a count of non-zeros) and p = inf (a max) are not sums of powers: torch's own kernel
         return _torch_fallback("triplet_margin_loss", TF.triplet_margin_loss(
@@ -579,7 +581,8 @@ def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_fu
     if margin <= 0:
         raise ValueError(f"margin must be greater than 0, got {margin}")
     _triplet_dims(anchor, positive, negative)
-    small = anchor.numel() < SMALL_ELEMENTS["triplet_margin_with_distance_loss"] and get_policy() != "aggressive"
+    small = tracing() or (anchor.numel() < SMALL_ELEMENTS["triplet_margin_with_distance_loss"]
+                          and get_policy() != "aggressive")
     p, eps = 2.0, 1e-6  # torch.pairwise_distance's defaults, and the module's PairwiseDistance()
     if isinstance(distance_function, torch.nn.PairwiseDistance) and not distance_function.keepdim:
         p, eps, distance_function = distance_function.norm, distance_function.eps, None

@@ -51,6 +51,34 @@ def policy(name):
         stack.pop()
 
 
+def tracing():
+    """Whether this thread is tracing an @autogen_loss module (our losses then call torch's)."""
+    return getattr(_local, "tracing", False)
+
+
+@contextlib.contextmanager
+def tracing_scope():
+    saved = tracing()
+    _local.tracing = True
+    try:
+        yield
+    finally:
+        _local.tracing = saved
+
+
+_strict = [os.environ.get("AUTOGEN_STRICT", "0").lower() in ("1", "true", "yes", "on")]
+
+
+def set_strict(flag=True):
+    """Strict mode: an op a custom loss uses that the IR cannot express raises UnsupportedOpError
+    instead of warning once and running the module eagerly."""
+    _strict[0] = bool(flag)
+
+
+def get_strict():
+    return _strict[0]
+
+
 def choose(has_handwritten):
     """(path, reason) for an op under the current policy."""
     return TABLE[(get_policy(), bool(has_handwritten))]

@@ -1,0 +1,773 @@
+"""@autogen_loss: a user's loss module traced to ATen ops (torch's make_fx), lowered to the primitive
+IR, differentiated and fused like the built-in losses.
+
+The trace is symbolic: sizes reach the graph as sym_size nodes, never as constants, and every
+size-derived number (1/N of a mean, x.size(0), x.numel()) becomes a runtime param of the kernel.
+So a new batch size retraces (milliseconds) into the same IR, whose digest finds the compiled
+kernel: it never recompiles. Python-number attributes of the module are part of the trace key
+and are baked in as constants.
+
+Layout: the first floating input of highest rank is the base, (leading..., C). Every value is
+tracked with the base axis each of its dims runs along; values along all leading axes are per-row
+(ROW), along the last axis per-column (COL), along both per-element (ELEM). Reductions over the
+last axis are row reductions, over everything whole-tensor reductions; anything else (a sum over
+the batch only, a transpose of data) is an unsupported op: warned once, and the module runs eagerly.
+"""
+import functools
+import inspect
+import operator
+import re
+import threading
+import traceback
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from . import decompositions as D
+from .errors import AutogenError, TracingError, UnsupportedOpError
+from .executor import LossGraph, Problem, execute
+from .ir import COL, ELEM, ROW, SCALAR, Node, apply as A, const, input as inp, iota, param, toposort
+from .policies import get_policy, get_strict, tracing_scope
+from .primitives import PRIMS
+
+aten = torch.ops.aten
+
+
+class _Unsupported(Exception):
+    def __init__(self, op, line, why=""):
+        super().__init__(op)
+        self.op, self.line, self.why = op, line, why
+
+
+@dataclass
+class V:
+    """A lowered value: its IR node, concrete shape, and the base axis of each dim (None: size 1)."""
+    node: Node
+    shape: tuple
+    axes: tuple
+
+
+_FLAT = "all"  # the axis tag of a dim that runs over every base axis (a flattened tensor)
+
+
+# -- the lowering: ATen graph -> primitive IR ---------------------------------------------------
+class _Lowering:
+    def __init__(self, gm, example, name):
+        self.gm, self.name = gm, name
+        self.params = {}       # runtime param name -> value (size-derived numbers)
+        self.inputs = []       # (IR input node, placeholder index, how the binder prepares it)
+        self.index_inputs = []  # (IR input node, IR node computing it): gather indices, evaluated in torch
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        floats = [i for i, t in enumerate(example) if t.is_floating_point()]
+        if not floats:
+            raise _Unsupported("a loss without floating-point inputs", "")
+        self.base_index = max(floats, key=lambda i: (example[i].dim(), -i))
+        base = tuple(example[self.base_index].shape)
+        self.base = base if len(base) >= 2 else (1,) * (2 - len(base)) + base  # (R..., C), at least 2-D
+        self.k = len(self.base) - 1   # index of the last (column) axis
+        self.env = {}
+        for i, (node, t) in enumerate(zip(placeholders, example)):
+            self.env[node] = self._placeholder(i, t)
+
+    # layout helpers
+    def _aligned_axes(self, shape):
+        """Axes of `shape` right-aligned against the base, or None when it does not broadcast to it."""
+        off = len(self.base) - len(shape)
+        if off < 0:
+            return None
+        axes = []
+        for d, s in enumerate(shape):
+            b = self.base[off + d]
+            if s == 1 and b != 1:
+                axes.append(None)
+            elif s == b:
+                axes.append(off + d if s != 1 else None)
+            else:
+                return None
+        return tuple(axes)
+
+    def level(self, axes):
+        """The IR level of a value laid along `axes` (base axes of size 1 do not count)."""
+        if _FLAT in axes:
+            return ELEM
+        present = {a for a in axes if a is not None and self.base[a] != 1}
+        rows = {a for a in present if a < self.k}
+        need = {a for a in range(self.k) if self.base[a] != 1}
+        if rows and rows != need:
+            raise _Unsupported("a value that varies along only some of the leading dimensions", "")
+        has_c = self.k in present
+        if present and present == need | ({self.k} if self.base[self.k] != 1 else set()):
+            return ELEM
+        return (ROW if rows else 0) | (COL if has_c else 0)
+
+    def norm(self, level):
+        """A level with the bits of size-1 base extents dropped (a per-row value of a one-row base
+        is a scalar); ELEM stays ELEM."""
+        if level == ELEM:
+            return ELEM
+        rows = any(self.base[a] != 1 for a in range(self.k))
+        cols = self.base[self.k] != 1
+        out = (ROW if level & ROW and rows else 0) | (COL if level & COL and cols else 0)
+        full = (ROW if rows else 0) | (COL if cols else 0)
+        return ELEM if out and out == full else out
+
+    def _placeholder(self, i, t):
+        kind = "f" if t.is_floating_point() else ("b" if t.dtype == torch.bool else "i")
+        shape = tuple(t.shape)
+        axes = self._aligned_axes(shape)
+        if axes is None and shape == self.base[:-1]:
+            axes = tuple(range(self.k))  # per-row values with the column dim dropped (class targets)
+        if axes is None:
+            raise _Unsupported(f"input {i} of shape {list(shape)}, which does not broadcast to {list(self.base)}", "")
+        how = "flat"
+        try:
+            lvl = self.level(axes)
+        except _Unsupported:
+            lvl = None
+        if lvl is None or lvl == SCALAR:  # partial broadcasts and one-element tensors: materialized
+            how, lvl = "expand", ELEM
+            axes = (None,) * (len(shape) - len(self.base)) + tuple(
+                a if self.base[a] != 1 else None for a in range(self.k + 1))
+            axes = axes[-len(shape):] if len(shape) >= len(self.base) else tuple(
+                a if self.base[a] != 1 else None for a in range(self.k + 1))
+            shape = self.base if len(shape) <= len(self.base) else shape
+        node = inp(f"in{i}", lvl, kind)
+        self.inputs.append((node, i, how))
+        return V(node, shape, axes)
+
+    def _param(self, value):
+        name = f"__t{len(self.params)}"
+        self.params[name] = float(value)
+        return param(name)
+
+    def _anchor(self, lvl):
+        """A node at level `lvl` to broadcast against (expand's second argument)."""
+        for node, _, _ in self.inputs:
+            if node.level == lvl:
+                return node
+        if lvl == COL:
+            return iota()
+        raise _Unsupported("a broadcast to a shape no input of the loss has", "")
+
+    # the walk
+    def run(self):
+        out = None
+        for n in self.gm.graph.nodes:
+            if n.op in ("placeholder", "get_attr"):
+                if n.op == "get_attr":
+                    raise _Unsupported("a tensor constant inside the loss", _line(n))
+                continue
+            if n.op == "output":
+                out = n.args[0]
+                if isinstance(out, (list, tuple)):
+                    if len(out) != 1:
+                        raise _Unsupported("a loss returning several tensors", "")
+                    out = out[0]
+                break
+            try:
+                self.env[n] = self._lower(n)
+            except _Unsupported as exc:
+                raise _Unsupported(exc.op, exc.line or _line(n), exc.why) from None
+        val = self.env[out]
+        if not isinstance(val, V):
+            raise _Unsupported("a loss returning a Python number", "")
+        return val
+
+    def arg(self, a):
+        if isinstance(a, torch.fx.Node):
+            return self.env[a]
+        return a
+
+    def _value(self, a, like_kind="f"):
+        """An argument as a V (Python numbers become constants; size-derived ones params)."""
+        a = self.arg(a)
+        if isinstance(a, V):
+            return a
+        if isinstance(a, _Sym):
+            return V(self._param(a.value), (), ())
+        if isinstance(a, bool):
+            return V(const(1 if a else 0, "i"), (), ())
+        if isinstance(a, (int, float)):
+            return V(const(a), (), ())
+        raise _Unsupported(f"argument {a!r}", "")
+
+    def _lower(self, n):
+        t = n.target
+        if t in _SYM_OPS or (isinstance(t, torch._ops.OpOverload) and t.overloadpacket in _SYM_PACKETS):
+            return _Sym(_hint(n.meta["val"]))
+        if t is aten._local_scalar_dense.default:
+            raise TracingError(_tracing_message("item", _line(n)))
+        rule = _RULES.get(t) or _RULES.get(getattr(t, "overloadpacket", None))
+        if rule is None:
+            raise _Unsupported(_opname(t), _line(n))
+        return rule(self, n, *n.args, **n.kwargs)
+
+    # building blocks used by the rules
+    def ew(self, n, fn, *args):
+        """An elementwise op: torch broadcasting of the arguments, checked against our levels."""
+        vals = [self._value(a) for a in args]
+        shape = tuple(n.meta["val"].shape)
+        axes = [None] * len(shape)
+        for v in vals:
+            off = len(shape) - len(v.shape)
+            if _FLAT in v.axes:
+                if len(v.shape) != len(shape) or len(shape) != 1:
+                    raise _Unsupported("mixing a flattened tensor with a shaped one", "")
+                axes = [_FLAT]
+                continue
+            for d, a in enumerate(v.axes):
+                if a is None:
+                    continue
+                if axes[off + d] not in (None, a):
+                    raise _Unsupported("a broadcast that mixes rows and columns", "")
+                axes[off + d] = a
+        for v in vals:  # each argument's level must be what its broadcast position says
+            if _FLAT not in v.axes and self.norm(self.level(v.axes)) != self.norm(v.node.level):
+                raise _Unsupported("a broadcast of per-row values along the columns", "")
+        node = fn(*[v.node for v in vals])
+        return V(node, shape, tuple(axes))
+
+    def reduce(self, n, x, dims, keepdim, kind, mean=False):
+        x = self.arg(x)
+        nd = len(x.shape)
+        dims = list(range(nd)) if dims is None or dims == [] else [d % nd for d in dims] if nd else []
+        reduced = {x.axes[d] for d in dims} - {None}
+        present = {a for a in x.axes if a is not None}
+        shape = tuple(n.meta["val"].shape)
+        count = 1
+        for d in dims:
+            count *= x.shape[d]
+        if reduced == present or _FLAT in reduced:
+            node = A(f"{kind}_all", x.node) if present else x.node
+            axes = tuple(None for _ in shape)
+        elif reduced == {self.k}:
+            node = A(f"{kind}_row", x.node)
+            axes = tuple(a for d, a in enumerate(x.axes) if d not in dims) if not keepdim else tuple(
+                None if d in dims else a for d, a in enumerate(x.axes))
+        else:
+            raise _Unsupported(f"a {kind} over dimensions {dims} (only the last, or all)", "")
+        if mean:
+            node = node * self._param(1.0 / count) if count else node * float("nan")
+        return V(node, shape, axes)
+
+    def view(self, n, x):
+        """A reshape: only adding/removing size-1 dims, or flattening/unflattening everything."""
+        x = self.arg(x)
+        shape = tuple(n.meta["val"].shape)
+        src = [(s, a) for s, a in zip(x.shape, x.axes) if s != 1]
+        dst = [s for s in shape if s != 1]
+        if [s for s, _ in src] == dst and _FLAT not in x.axes:
+            it = iter(a for _, a in src)
+            return V(x.node, shape, tuple(next(it) if s != 1 else None for s in shape))
+        full = tuple(a for a in range(self.k + 1) if self.base[a] != 1)
+        if len(dst) == 1 and tuple(a for _, a in src) in (full, (_FLAT,)):
+            return V(x.node, shape, tuple(_FLAT if s != 1 else None for s in shape))
+        if _FLAT in x.axes:
+            axes = self._aligned_axes(shape)
+            if axes is not None and self.level(axes) == ELEM:
+                return V(x.node, shape, axes)
+        raise _Unsupported("a reshape that moves data between dimensions", "")
+
+
+class _Sym:
+    """A size-derived Python number (its value at this trace); lowered to a runtime param."""
+    def __init__(self, value):
+        self.value = value
+
+
+def _hint(v):
+    if isinstance(v, (int, float, bool)):
+        return v
+    node = getattr(v, "node", None)
+    if node is not None and getattr(node, "hint", None) is not None:
+        return node.hint
+    return float(v) if isinstance(v, torch.SymFloat) else int(v)
+
+
+def _line(n):
+    st = n.meta.get("stack_trace") or ""
+    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', st)
+    frames = [f for f in frames if "/torch/" not in f[0] and "/autogen/" not in f[0]] or frames
+    if not frames:
+        return ""
+    f, line, fn, text = frames[-1]
+    return f"{f}:{line} in {fn}: {text.strip()}"
+
+
+def _opname(t):
+    return str(getattr(t, "__name__", t)).replace("aten::", "torch.ops.aten.")
+
+
+_SYM_OPS = {operator.mul, operator.add, operator.sub, operator.truediv, operator.floordiv, operator.neg,
+            operator.pow, operator.mod}
+_SYM_PACKETS = {aten.sym_size, aten.sym_numel, aten.sym_stride}
+
+
+# -- the rules: one per ATen op we lower --------------------------------------------------------
+_RULES = {}
+
+
+def _rule(*ops):
+    def deco(fn):
+        for op in ops:
+            _RULES[op] = fn
+        return fn
+    return deco
+
+
+def _binary(op):
+    def rule(low, n, a, b, *, alpha=None):
+        if alpha is not None and alpha != 1:
+            return low.ew(n, lambda x, y: A(op, x, y * float(alpha)), a, b)
+        return low.ew(n, lambda x, y: A(op, x, y), a, b)
+    return rule
+
+
+for _op, _name in [(aten.add, "add"), (aten.sub, "sub"), (aten.mul, "mul"), (aten.maximum, "maximum"),
+                   (aten.minimum, "minimum"), (aten.lt, "lt"), (aten.le, "le"), (aten.gt, "gt"), (aten.ge, "ge"),
+                   (aten.eq, "eq"), (aten.ne, "ne")]:
+    _RULES[_op] = _binary(_name)
+
+for _op, _name in [(aten.neg, "neg"), (aten.abs, "abs"), (aten.sign, "sign"), (aten.sqrt, "sqrt"),
+                   (aten.exp, "exp"), (aten.expm1, "expm1"), (aten.log, "log"), (aten.log1p, "log1p"),
+                   (aten.tanh, "tanh"), (aten.sigmoid, "sigmoid"), (aten.erf, "erf")]:
+    _RULES[_op] = (lambda name: lambda low, n, x: low.ew(n, lambda v: A(name, v), x))(_name)
+
+
+@_rule(aten.div)
+def _div(low, n, a, b, *, rounding_mode=None):
+    if rounding_mode is not None:
+        raise _Unsupported(f"division with rounding_mode={rounding_mode!r}", "")
+    return low.ew(n, lambda x, y: x / y, a, b)
+
+
+@_rule(aten.rsub)
+def _rsub(low, n, a, b, *, alpha=1):
+    return low.ew(n, lambda x, y: y - x * float(alpha), a, b)
+
+
+@_rule(aten.rsqrt)
+def _rsqrt(low, n, x):
+    return low.ew(n, lambda v: 1.0 / A("sqrt", v), x)
+
+
+@_rule(aten.reciprocal)
+def _recip(low, n, x):
+    return low.ew(n, lambda v: 1.0 / v, x)
+
+
+@_rule(aten.pow)
+def _pow(low, n, a, b):
+    if isinstance(b, (int, float)) and b == 2:
+        return low.ew(n, lambda x: x * x, a)
+    if isinstance(b, (int, float)) and b == 1:
+        return low.ew(n, lambda x: x, a)
+    if isinstance(b, (int, float)) and b == 0.5:
+        return low.ew(n, lambda x: A("sqrt", x), a)
+    return low.ew(n, lambda x, y: A("pow", x, y), a, b)
+
+
+@_rule(aten.where)
+def _where(low, n, c, a, b):
+    return low.ew(n, lambda cc, x, y: A("where", cc, x, y), c, a, b)
+
+
+def _clamp_to(x, lo, hi):
+    if lo is not None and hi is not None:
+        return A("clamp", x, lo, hi)
+    if lo is not None:
+        return D._clamp_min(x, lo)
+    return -D._clamp_min(-x, -hi if not isinstance(hi, Node) else -hi)
+
+
+@_rule(aten.clamp, aten.clamp_min, aten.clamp_max, aten.clamp_, aten.clamp_min_, aten.clamp_max_)
+def _clamp(low, n, x, lo=None, hi=None):
+    name = n.target.overloadpacket.__name__.rstrip("_")
+    if name == "clamp_max":
+        lo, hi = None, lo
+    args = [a for a in (lo, hi) if a is not None]
+    which = [lo is not None, hi is not None]
+
+    def build(v, *bounds):
+        it = iter(bounds)
+        return _clamp_to(v, next(it) if which[0] else None, next(it) if which[1] else None)
+    return low.ew(n, build, x, *args)
+
+
+@_rule(aten.relu)
+def _relu(low, n, x):
+    return low.ew(n, lambda v: A("gradfix", A("detach", A("maximum", v, 0.0)), v,
+                                 A("where", A("gt", v, 0.0), 1.0, 0.0)), x)
+
+
+@_rule(aten.gelu)
+def _gelu(low, n, x, *, approximate="none"):
+    if approximate == "tanh":
+        return low.ew(n, lambda v: 0.5 * v * (1.0 + A("tanh", 0.7978845608028654 * (v + 0.044715 * v * v * v))), x)
+    return low.ew(n, lambda v: 0.5 * v * (1.0 + A("erf", v * 0.7071067811865476)), x)
+
+
+@_rule(aten.silu)
+def _silu(low, n, x):
+    return low.ew(n, lambda v: v * A("sigmoid", v), x)
+
+
+@_rule(aten.sum)
+def _sum(low, n, x, dims=None, keepdim=False, *, dtype=None):
+    return low.reduce(n, x, dims, keepdim, "sum")
+
+
+@_rule(aten.mean)
+def _mean(low, n, x, dims=None, keepdim=False, *, dtype=None):
+    return low.reduce(n, x, dims, keepdim, "sum", mean=True)
+
+
+@_rule(aten.amax)
+def _amax(low, n, x, dims=(), keepdim=False):
+    return low.reduce(n, x, list(dims), keepdim, "max")
+
+
+@_rule(aten._log_softmax, aten._softmax)
+def _softmax(low, n, x, dim, half_to_float=False):
+    xv = low.arg(x)
+    if xv.axes[dim % len(xv.shape)] != low.k:
+        raise _Unsupported("a softmax over a dimension other than the last", "")
+    m = A("detach", A("max_row", xv.node))
+    shifted = xv.node - m
+    lse = A("log", A("sum_row", A("exp", shifted)))
+    node = shifted - lse if n.target is aten._log_softmax.default else A("exp", shifted - lse)
+    return V(node, xv.shape, xv.axes)
+
+
+@_rule(aten.linalg_vector_norm)
+def _norm(low, n, x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    xv = low.arg(x)
+    if ord == 2:
+        sq = V(xv.node * xv.node, xv.shape, xv.axes)
+        r = low.reduce(n, sq, dim, keepdim, "sum")
+        return V(A("sqrt", r.node), r.shape, r.axes)
+    if ord == 1:
+        r = low.reduce(n, V(A("abs", xv.node), xv.shape, xv.axes), dim, keepdim, "sum")
+        return r
+    raise _Unsupported(f"a vector norm of order {ord}", "")
+
+
+@_rule(aten.gather)
+def _gather(low, n, x, dim, index, *, sparse_grad=False):
+    xv, iv = low.arg(x), low.arg(index)
+    if xv.axes[dim % len(xv.shape)] != low.k or iv.shape[dim % len(iv.shape)] != 1:
+        raise _Unsupported("a gather other than one element per row along the last dimension", "")
+    # the index is computed in torch before the kernel (checked against the row length there)
+    idx = inp(f"__idx{len(low.index_inputs)}", ROW, "i")
+    low.index_inputs.append((idx, iv.node))
+    if xv.node.op == "input" and xv.node.level == ELEM:
+        node = A("gather", xv.node, idx)
+    else:
+        node = A("sum_row", A("where", A("eq", iota(), idx), xv.node, 0.0))
+    shape = tuple(n.meta["val"].shape)
+    return V(node, shape, tuple(None if d == dim % len(shape) else a for d, a in enumerate(xv.axes)))
+
+
+@_rule(aten.unsqueeze, aten.squeeze, aten.view, aten.reshape, aten._unsafe_view)
+def _view(low, n, x, *args):
+    return low.view(n, x)
+
+
+@_rule(aten.expand)
+def _expand(low, n, x, sizes, *, implicit=False):
+    xv = low.arg(x)
+    shape = tuple(n.meta["val"].shape)
+    axes = low._aligned_axes(shape)
+    if axes is None:
+        raise _Unsupported("an expand to a shape that is not the input's", "")
+    off = len(shape) - len(xv.shape)
+    for d, a in enumerate(xv.axes):
+        if a is not None and axes[off + d] != a:
+            raise _Unsupported("an expand that moves dimensions", "")
+    lvl = low.level(axes)
+    node = xv.node if low.norm(xv.node.level) == low.norm(lvl) else A("expand", xv.node, low._anchor(lvl))
+    return V(node, shape, axes)
+
+
+@_rule(aten.permute, aten.transpose, aten.t)
+def _permute(low, n, x, *args):
+    xv = low.arg(x)
+    val = n.meta["val"]
+    # which source dim each result dim comes from: read off the strides torch gives the view
+    order = sorted(range(len(xv.shape)), key=lambda d: -_hint(val.stride()[d]) if val.shape[d] != 1 else 0)
+    perm = _permutation(n, len(xv.shape))
+    axes = tuple(xv.axes[p] for p in perm)
+    present = [a for a in axes if a is not None]
+    if present != sorted(present):
+        raise _Unsupported("a transpose of data (only size-1 dimensions may move)", "")
+    del order
+    return V(xv.node, tuple(val.shape), axes)
+
+
+def _permutation(n, nd):
+    if n.target.overloadpacket is aten.permute:
+        return [d % nd for d in n.args[1]]
+    if n.target.overloadpacket is aten.t:
+        return list(range(nd))[::-1]
+    a, b = n.args[1] % nd, n.args[2] % nd
+    perm = list(range(nd))
+    perm[a], perm[b] = perm[b], perm[a]
+    return perm
+
+
+@_rule(aten.clone, aten.alias, aten.contiguous, aten.lift_fresh_copy, aten.lift_fresh)
+def _identity(low, n, x, *args, **kwargs):
+    return low.arg(x)
+
+
+@_rule(aten.detach)
+def _detach(low, n, x):
+    xv = low.arg(x)
+    return V(A("detach", xv.node), xv.shape, xv.axes)
+
+
+@_rule(aten._to_copy, aten.to)
+def _to(low, n, x, *args, **kwargs):
+    xv = low.arg(x)
+    dtype = n.meta["val"].dtype
+    if dtype.is_floating_point and xv.node.kind == "b":
+        return V(A("where", xv.node, 1.0, 0.0), xv.shape, xv.axes)
+    if dtype.is_floating_point or (dtype == torch.int64 and xv.node.kind == "i"):
+        return xv
+    raise _Unsupported(f"a conversion to {dtype}", "")
+
+
+@_rule(aten.scalar_tensor, aten.full, aten.zeros, aten.ones, aten.zeros_like, aten.ones_like, aten.full_like)
+def _const(low, n, *args, **kwargs):
+    name = n.target.overloadpacket.__name__
+    val = n.meta["val"]
+    value = {"zeros": 0.0, "ones": 1.0, "zeros_like": 0.0, "ones_like": 1.0}.get(name)
+    if value is None:
+        value = args[0] if name == "scalar_tensor" else args[1]
+    v = low._value(value)
+    shape = tuple(val.shape)
+    axes = low._aligned_axes(shape)
+    if axes is None:
+        raise _Unsupported(f"{name} of shape {list(shape)}", "")
+    lvl = low.level(axes)
+    node = v.node if lvl == SCALAR else A("expand", v.node, low._anchor(lvl))
+    return V(node, shape, axes)
+
+
+# -- tracing and running ------------------------------------------------------------------------
+_DECOMP = None
+_warned = set()
+_lock = threading.Lock()
+
+
+def _decompositions():
+    global _DECOMP
+    if _DECOMP is None:
+        from torch._decomp import core_aten_decompositions
+        table = dict(core_aten_decompositions())
+        for op in (aten._log_softmax.default, aten._softmax.default, aten.gelu.default, aten.silu.default,
+                   aten.relu.default):
+            table.pop(op, None)  # lowered directly: stable forms with exact derivatives
+        _DECOMP = table
+    return _DECOMP
+
+
+_FIXES = {"item": "keep the value a tensor (do not call .item(), float(), int(), .tolist() or .numpy() on it)",
+          "control": "use torch.where(condition, a, b) to select values instead of a Python if/while on a tensor"}
+
+
+def _tracing_message(kind, line):
+    where = f" at {line}" if line else ""
+    what = ("converts a tensor to a Python value" if kind == "item"
+            else "branches in Python on a tensor's value")
+    return (f"autogen_loss: the loss{where} {what}, which a static graph cannot trace; "
+            f"{_FIXES[kind]}.")
+
+
+def _user_line(exc, cls):
+    """The last frame of the user's loss code in the exception's traceback."""
+    try:
+        src = inspect.getsourcefile(cls)
+    except TypeError:
+        src = None
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == src] or [
+        f for f in traceback.extract_tb(exc.__traceback__) if "/torch/" not in f.filename
+        and "/autogen/" not in f.filename]
+    if not frames:
+        return "", ""
+    f = frames[-1]
+    return f"{f.filename}:{f.lineno} in {f.name}: {(f.line or '').strip()}", f.line or ""
+
+
+_ITEM_RE = re.compile(r"\.item\(|\bfloat\(|\bint\(|\bbool\(|\.tolist\(|\.numpy\(")
+
+
+@dataclass
+class _Traced:
+    graph: LossGraph
+    inputs: list         # (IR node, placeholder index, how)
+    index_inputs: list   # (IR node, IR node over the inputs)
+    sources: dict        # input name -> placeholder index, for the index computations
+    params: dict
+    dims: tuple          # (n, C, R)
+    out_shape: tuple
+    out_dtype: torch.dtype
+    cdt: torch.dtype
+    base: tuple
+
+
+def _trace(module, forward, tensors, cls):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def fn(*ts):
+        return forward(module, *ts)
+
+    try:
+        with tracing_scope(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            gm = make_fx(fn, decomposition_table=_decompositions(), tracing_mode="symbolic",
+                         record_stack_traces=True)(*tensors)
+    except TracingError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - classify: data-dependent Python, or something else
+        line, text = _user_line(exc, cls)
+        data_dependent = ("DataDependent" in type(exc).__name__ or "data-dependent" in str(exc)
+                          or ".numpy()" in str(exc) or "Cannot access data pointer" in str(exc))
+        if data_dependent:
+            kind = "item" if _ITEM_RE.search(text) else "control"
+            raise TracingError(_tracing_message(kind, line)) from None
+        raise _Unsupported(f"{type(exc).__name__}: {exc}".split("\n")[0][:200], line) from None
+    low = _Lowering(gm, tensors, cls.__name__)
+    out = low.run()
+    loss = out.node
+    level = loss.level
+    if level not in (SCALAR, ROW, ELEM):
+        raise _Unsupported("a loss that varies only along the columns", "")
+    order = toposort([loss])
+    uses_rows = any(n.level in (ROW, COL) or (n.op in PRIMS and PRIMS[n.op].group in ("reduce_row", "gather"))
+                    or n.op == "iota" for n in order)
+    base = low.base
+    C = base[-1]
+    numel = 1
+    for s in base:
+        numel *= s
+    R = numel // C if C else 0
+    used = {n.digest for n in order}
+    inputs = [(node, i, how) for node, i, how in low.inputs if node.digest in used]
+    index_inputs = [(node, expr) for node, expr in low.index_inputs if node.digest in used]
+    mode = "row" if uses_rows else "flat"
+    if mode == "flat" and any(node.level not in (ELEM, SCALAR) for node, _, _ in inputs):
+        mode = "row"
+    floats = [t.dtype for t in tensors if t.is_floating_point()]
+    dtype = functools.reduce(torch.promote_types, floats)
+    cdt = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    graph = LossGraph(cls.__name__, mode, tuple(n for n, _, _ in inputs) + tuple(n for n, _ in index_inputs),
+                      loss, level if mode == "row" or level != ROW else SCALAR)
+    val = out_val = gm.graph.find_nodes(op="output")[0].args[0]
+    if isinstance(out_val, (list, tuple)):
+        val = out_val[0]
+    meta = val.meta["val"]
+    return _Traced(graph, inputs, index_inputs, {node.attr: i for node, i, _ in low.inputs}, dict(low.params), (R * C, C, R) if mode == "row" else (numel, 0, 0),
+                   tuple(_hint(s) for s in meta.shape), meta.dtype, cdt, base)
+
+
+def _eval_index(node, tensors, traced):
+    """The gather index, computed in torch from the inputs it depends on (a few ops on R values)."""
+    values = {}
+    for n in toposort([node]):
+        if n.op == "input":
+            values[n.digest] = tensors[traced.sources[n.attr]].detach().reshape(-1)
+        elif n.op == "const":
+            values[n.digest] = torch.tensor(n.attr)
+        elif n.op == "param":
+            values[n.digest] = torch.tensor(traced.params[n.attr])
+        else:
+            values[n.digest] = PRIMS[n.op].torch(*[values[a.digest] for a in n.args])
+    return values[node.digest].reshape(-1).long()
+
+
+def _run(traced, tensors):
+    n, C, R = traced.dims
+    cdt = traced.cdt
+    base = traced.base
+    args = []
+    for node, i, how in traced.inputs:
+        t = tensors[i]
+        if node.kind == "f":
+            t = t.to(cdt)
+        if how == "expand":
+            t = t.expand(torch.broadcast_shapes(t.shape, base))
+        args.append(t.contiguous())
+    for node, expr in traced.index_inputs:
+        idx = _eval_index(expr, tensors, traced)
+        if idx.numel() and bool(((idx < 0) | (idx >= C)).any()):
+            bad = int(idx[(idx < 0) | (idx >= C)][0])
+            raise RuntimeError(f"index {bad} is out of bounds for dimension 1 with size {C}")
+        args.append(idx.contiguous())
+    prob = Problem(traced.graph, n, C, R, cdt, dict(traced.params))
+    out = execute(prob, args, True)
+    return out.reshape(traced.out_shape).to(traced.out_dtype)
+
+
+def _signature(module, tensors):
+    attrs = tuple(sorted((k, v) for k, v in vars(module).items()
+                         if isinstance(v, (int, float, bool)) and not k.startswith("_")))
+    return (tuple((tuple(t.shape), t.dtype, t.requires_grad) for t in tensors), attrs, torch.is_grad_enabled())
+
+
+def autogen_loss(cls=None, *, strict=None):
+    """Class decorator: `use_autogen=True` in the constructor runs forward and backward as one
+    fused autogenerated kernel (policy permitting); `use_autogen=False` leaves the module as written."""
+    if cls is None:
+        return functools.partial(autogen_loss, strict=strict)
+    init, forward = cls.__init__, cls.forward
+
+    @functools.wraps(init)
+    def __init__(self, *args, use_autogen=False, **kwargs):
+        init(self, *args, **kwargs)
+        self.use_autogen = bool(use_autogen)
+
+    @functools.wraps(forward)
+    def traced_forward(self, *args, **kwargs):
+        if not getattr(self, "use_autogen", False) or get_policy() == "disabled":
+            return forward(self, *args, **kwargs)
+        if kwargs or not args or not all(isinstance(a, torch.Tensor) for a in args):
+            return _eager(self, forward, args, kwargs, cls, "keyword or non-tensor arguments", "", strict)
+        cache = cls.__dict__.get("_autogen_traces")
+        if cache is None:
+            cache = {}
+            type.__setattr__(cls, "_autogen_traces", cache)
+        key = _signature(self, args)
+        entry = cache.get(key)
+        if entry is None:
+            try:
+                entry = _trace(self, forward, args, cls)
+            except _Unsupported as exc:
+                entry = exc
+            with _lock:
+                cache[key] = entry
+        if isinstance(entry, _Unsupported):
+            return _eager(self, forward, args, kwargs, cls, entry.op, entry.line, strict)
+        return _run(entry, args)
+
+    cls.__init__ = __init__
+    cls.forward = traced_forward
+    cls._autogen_strict = strict
+    return cls
+
+
+def _eager(module, forward, args, kwargs, cls, op, line, strict):
+    where = f" at {line}" if line else ""
+    msg = (f"autogen_loss {cls.__name__}: {op}{where} cannot be expressed in the primitive IR; "
+           "running the module eagerly")
+    if strict if strict is not None else get_strict():
+        raise UnsupportedOpError(msg.replace("; running the module eagerly", ""))
+    key = (cls, op, line)
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+    return forward(module, *args, **kwargs)
+
+
+__all__ = ["autogen_loss", "AutogenError", "TracingError", "UnsupportedOpError"]
