@@ -74,6 +74,8 @@ def explain(name_or_module, *example_inputs, **options):
     finally:
         _capture.active = False
     probs = _capture.problems
+    if not probs:  # nothing of ours ran: a custom loss that runs eagerly (its warning said why)
+        return Explanation(label, get_policy(), "(no primitive graph: the loss ran eagerly)", rec.calls, {})
     prob = probs[-1]
     needs = tuple(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs[:len(prob.graph.inputs)])
     needs = needs + (False,) * (len(prob.graph.inputs) - len(needs))

@@ -152,6 +152,9 @@ class _Lowering:
 
     # the walk
     def run(self):
+        for n in self.gm.graph.nodes:  # a tensor turned into a Python number: a tracing error first
+            if n.target is aten._local_scalar_dense.default:
+                raise TracingError(_tracing_message("item", _line(n)))
         out = None
         for n in self.gm.graph.nodes:
             if n.op in ("placeholder", "get_attr"):
@@ -428,6 +431,25 @@ def _amax(low, n, x, dims=(), keepdim=False):
     return low.reduce(n, x, list(dims), keepdim, "max")
 
 
+@_rule(aten.max.default)
+def _max_all(low, n, x):
+    return low.reduce(n, x, None, False, "max")
+
+
+@_rule(aten.min.default)
+def _min_all(low, n, x):
+    xv = low.arg(x)
+    r = low.reduce(n, V(-xv.node, xv.shape, xv.axes), None, False, "max")
+    return V(-r.node, r.shape, r.axes)
+
+
+@_rule(aten.amin)
+def _amin(low, n, x, dims=(), keepdim=False):
+    xv = low.arg(x)
+    r = low.reduce(n, V(-xv.node, xv.shape, xv.axes), list(dims), keepdim, "max")
+    return V(-r.node, r.shape, r.axes)
+
+
 @_rule(aten._log_softmax, aten._softmax)
 def _softmax(low, n, x, dim, half_to_float=False):
     xv = low.arg(x)
@@ -461,12 +483,29 @@ def _gather(low, n, x, dim, index, *, sparse_grad=False):
     # the index is computed in torch before the kernel (checked against the row length there)
     idx = inp(f"__idx{len(low.index_inputs)}", ROW, "i")
     low.index_inputs.append((idx, iv.node))
-    if xv.node.op == "input" and xv.node.level == ELEM:
-        node = A("gather", xv.node, idx)
-    else:
-        node = A("sum_row", A("where", A("eq", iota(), idx), xv.node, 0.0))
+    node = _push_gather(xv.node, idx, {})
     shape = tuple(n.meta["val"].shape)
     return V(node, shape, tuple(None if d == dim % len(shape) else a for d, a in enumerate(xv.axes)))
+
+
+def _push_gather(node, idx, memo):
+    """node[row, idx[row]] as a per-row graph: the gather moves through elementwise ops down to the
+    inputs (log_softmax(x)[t] = x[t] - lse: no pass over the row), else a masked row sum."""
+    hit = memo.get(node.digest)
+    if hit is not None:
+        return hit
+    if not node.level & COL:
+        out = node
+    elif node.op == "input" and node.level == ELEM:
+        out = A("gather", node, idx)
+    elif node.op == "iota":
+        out = idx
+    elif node.op in PRIMS and PRIMS[node.op].group in ("elementwise", "identity") and node.op != "expand":
+        out = A(node.op, *[_push_gather(a, idx, memo) for a in node.args])
+    else:
+        out = A("sum_row", A("where", A("eq", iota(), idx), node, 0.0))
+    memo[node.digest] = out
+    return out
 
 
 @_rule(aten.unsqueeze, aten.squeeze, aten.view, aten.reshape, aten._unsafe_view)
@@ -766,7 +805,7 @@ def _eager(module, forward, args, kwargs, cls, op, line, strict):
     key = (cls, op, line)
     if key not in _warned:
         _warned.add(key)
-        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+        warnings.warn(msg, RuntimeWarning, stacklevel=5)  # the line that called the module
     return forward(module, *args, **kwargs)
 
 

@@ -152,10 +152,70 @@ def main():
             w = csv.DictWriter(f, fieldnames=list(nl_rows[0]))
             w.writeheader()
             w.writerows(nl_rows)
+    custom_rows = bench_custom(args.elems, reps)
     with open(os.path.join(out, "losses.json"), "w") as f:
         json.dump({"rows": rows, "geomean_eager_over_fused": geo, "geomean_eager_over_default": geo_default,
                    "geomean_primitive_over_fused": geo_prim, "threads": torch.get_num_threads(),
-                   "nonlinearities": nl_rows, "geomean_eager_over_autogen_nonlinearities": nl_geo}, f, indent=1)
+                   "nonlinearities": nl_rows, "geomean_eager_over_autogen_nonlinearities": nl_geo,
+                   "custom": custom_rows}, f, indent=1)
+
+
+# -- custom losses (@autogen_loss): the fused kernel against the same module run eagerly ---------
+@autogen.autogen_loss
+class RobustLoss(torch.nn.Module):
+    """Pseudo-Huber (Charbonnier) regression loss."""
+    def __init__(self, c=0.5):
+        super().__init__()
+        self.c = c
+
+    def forward(self, pred, target):
+        d = (pred - target) / self.c
+        return (self.c ** 2 * (torch.sqrt(d * d + 1) - 1)).mean()
+
+
+@autogen.autogen_loss
+class SmoothedClassification(torch.nn.Module):
+    """Label-smoothed classification written out by hand."""
+    def __init__(self, eps=0.1):
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, logits, target):
+        logp = logits.log_softmax(-1)
+        nll = -logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+        return ((1 - self.eps) * nll - self.eps * logp.mean(dim=-1)).mean()
+
+
+@autogen.autogen_loss
+class FocalLoss(torch.nn.Module):
+    def __init__(self, gamma=2.0):
+        super().__init__()
+        self.gamma = gamma
+
+    def forward(self, logits, target):
+        logpt = TF.log_softmax(logits, dim=-1).gather(1, target.unsqueeze(1)).squeeze(1)
+        return (-(1 - logpt.exp()) ** self.gamma * logpt).mean()
+
+
+def bench_custom(n_elems, reps):
+    r = max(n_elems // 512, 1)
+    x = torch.randn(r, 512, requires_grad=True)
+    cases = [(RobustLoss, [x, torch.randn(r, 512)]), (SmoothedClassification, [x, torch.randint(0, 512, (r,))]),
+             (FocalLoss, [x, torch.randint(0, 512, (r,))])]
+    print()
+    print(f"custom losses (@autogen_loss), {r}x512, forward+backward, median of {reps}")
+    head = f"{'loss':24s} {'eager ms':>9s} {'fused ms':>9s} {'eager/fused':>11s}"
+    print(head)
+    print("-" * len(head))
+    rows = []
+    for cls, args in cases:
+        eager = timed(fwd_bwd(cls(), args), reps)["median"]
+        fused = timed(fwd_bwd(lambda *a, m=cls(use_autogen=True): _under_policy("medium", lambda: m(*a)), args),
+                      reps)["median"]
+        rows.append({"loss": cls.__name__, "eager_ms": eager * 1e3, "fused_ms": fused * 1e3,
+                     "eager_over_fused": eager / fused})
+        print(f"{cls.__name__:24s} {eager * 1e3:9.2f} {fused * 1e3:9.2f} {eager / fused:10.2f}x")
+    return rows
 
 
 def nonlinearity_args(name, n_elems):
