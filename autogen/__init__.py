@@ -6,7 +6,8 @@ from .policies import POLICIES, get_policy, get_strict, policy, record, set_poli
 from . import functional, nn  # noqa: E402
 from .explain import explain  # noqa: E402
 from .tracing import autogen_loss  # noqa: E402
+from .config import load_config, reset_config, settings  # noqa: E402
 
 __all__ = ["AutogenError", "CompileError", "ScheduleError", "TracingError", "UnsupportedOpError", "POLICIES",
            "get_policy", "policy", "record", "set_policy", "set_strict", "get_strict", "functional", "nn", "explain",
-           "autogen_loss", "__version__"]
+           "autogen_loss", "load_config", "reset_config", "settings", "__version__"]

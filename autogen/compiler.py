@@ -21,7 +21,8 @@ _warned_dirs = set()
 
 
 def cache_dir():
-    return os.environ.get("AUTOGEN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "autogen")
+    from .config import cache_dir as configured
+    return configured()
 
 
 def _write_atomic(path, text):
@@ -49,6 +50,7 @@ def _load_file(spec, parallel):
         intact = False
     if not intact:  # missing, truncated or corrupted: write it anew
         _write_atomic(path, source)
+    _load_file.hit = intact
     name = f"autogen_kernel_{digest}"
     mod_spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(mod_spec)
@@ -74,6 +76,7 @@ def get_kernel(spec, parallel=False):
         fn = _kernels.get(key)
         if fn is None:
             t0 = time.perf_counter()
+            _load_file.hit = False
             try:
                 fn = _load_file(spec, parallel)
             except OSError as e:
@@ -82,6 +85,11 @@ def get_kernel(spec, parallel=False):
                     warnings.warn(f"autogen: kernel cache dir {cache_dir()!r} is not usable ({e}); "
                                   "compiling in memory", RuntimeWarning, stacklevel=2)
                 fn = _load_memory(spec, parallel)
-            log.debug("autogen: rendered %s (%s) in %.3fs", spec.label, spec.key, time.perf_counter() - t0)
+            hit = _load_file.hit
+            log.info("kernel %s%s: autogen, loaded in %.3fs, cache %s (%s)", spec.label,
+                     " (parallel)" if parallel else "", time.perf_counter() - t0, "hit" if hit else "miss",
+                     spec.key)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("generated source of %s:\n%s", spec.label, render(spec, cache=True, parallel=parallel))
             _kernels[key] = fn
     return fn

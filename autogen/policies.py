@@ -26,18 +26,40 @@ def normalize(name):
     return key
 
 
-_global = [normalize(os.environ.get("AUTOGEN_POLICY", "medium"))]
+def _from_env(var, parse):
+    raw = os.environ.get(var)
+    if raw is None or raw == "":
+        return None
+    try:
+        return parse(raw)
+    except ValueError as exc:
+        raise ValueError(f"environment variable {var}={raw!r} is invalid: {exc}") from None
+
+
+# Where a setting comes from, highest first: code (set_policy / set_strict), the params file
+# (autogen.load_config), the environment (AUTOGEN_*), the default. The policy() context manager
+# overrides all of them in its thread.
+LAYERS = ("code", "config", "env")
+_policy_layers = {"code": None, "config": None, "env": _from_env("AUTOGEN_POLICY", normalize)}
 _local = threading.local()
 
 
 def set_policy(name):
-    """Set the process-wide policy: 'disabled', 'default'/'medium' or 'aggressive'."""
-    _global[0] = normalize(name)
+    """Set the process-wide policy: 'disabled', 'default'/'medium' or 'aggressive'
+    (None forgets the one set in code, so the params file or the environment decides again)."""
+    _policy_layers["code"] = None if name is None else normalize(name)
 
 
 def get_policy():
     stack = getattr(_local, "stack", None)
-    return stack[-1] if stack else _global[0]
+    if stack:
+        return stack[-1]
+    return next((_policy_layers[k] for k in LAYERS if _policy_layers[k] is not None), "medium")
+
+
+def policy_source():
+    """Which layer the current process-wide policy comes from: code, config, env or default."""
+    return next((k for k in LAYERS if _policy_layers[k] is not None), "default")
 
 
 @contextlib.contextmanager
@@ -66,17 +88,28 @@ def tracing_scope():
         _local.tracing = saved
 
 
-_strict = [os.environ.get("AUTOGEN_STRICT", "0").lower() in ("1", "true", "yes", "on")]
+def parse_bool(value):
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected a boolean (true/false, 1/0, yes/no, on/off), got {value!r}")
+
+
+_strict_layers = {"code": None, "config": None, "env": _from_env("AUTOGEN_STRICT", parse_bool)}
 
 
 def set_strict(flag=True):
     """Strict mode: an op a custom loss uses that the IR cannot express raises UnsupportedOpError
-    instead of warning once and running the module eagerly."""
-    _strict[0] = bool(flag)
+    instead of warning once and running the module eagerly (None: forget the code setting)."""
+    _strict_layers["code"] = None if flag is None else bool(flag)
 
 
 def get_strict():
-    return _strict[0]
+    return next((_strict_layers[k] for k in LAYERS if _strict_layers[k] is not None), False)
 
 
 def choose(has_handwritten):

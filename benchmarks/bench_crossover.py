@@ -8,7 +8,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_losses import VARIANTS, fwd_bwd, inputs, timed  # noqa: E402
+from autogen.bench import VARIANTS, fwd_bwd, inputs, timed  # noqa: E402
 
 from autogen import functional as AF  # noqa: E402
 

@@ -34,7 +34,7 @@ def test_set_policy_is_global_and_context_is_thread_local():
             seen["here"] = autogen.get_policy()
         seen["after"] = autogen.get_policy()
     finally:
-        autogen.set_policy("medium")
+        autogen.set_policy(None)  # back to the params file / environment / default
     assert seen == {"other": "disabled", "here": "aggressive", "after": "disabled"}
 
 

@@ -1,0 +1,179 @@
+"""Config precedence and errors, the CLI through subprocesses, and the runner on the examples."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import autogen
+from autogen import config, policies
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = os.path.join(ROOT, "examples")
+
+
+@pytest.fixture(autouse=True)
+def clean_layers():
+    saved = (dict(policies._policy_layers), dict(policies._strict_layers), dict(config._cache_layers),
+             dict(config._level_layers))
+    policies._policy_layers["code"] = policies._strict_layers["code"] = None
+    yield
+    for layers, old in zip((policies._policy_layers, policies._strict_layers, config._cache_layers,
+                            config._level_layers), saved):
+        layers.clear()
+        layers.update(old)
+    config._apply_log_level()
+
+
+def _yaml(tmp_path, text):
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_config_sets_policy_and_returns_the_file(tmp_path):
+    path = _yaml(tmp_path, "model: {loss: MSELoss}\nruntime: 3\nrunconfig:\n  autogen_policy: default\n"
+                           "  autogen_strict: true\n  autogen_log_level: info\n  num_steps: 5\n")
+    params = autogen.load_config(path)
+    assert params["model"] == {"loss": "MSELoss"} and params["runconfig"]["num_steps"] == 5
+    s = autogen.settings()
+    assert s["autogen_policy"] == ("medium", "config")  # 'default' is reported as medium
+    assert s["autogen_strict"] == (True, "config") and s["autogen_log_level"] == ("INFO", "config")
+
+
+def test_precedence_code_over_config_over_env_over_default(tmp_path):
+    policies._policy_layers.update(code=None, config=None, env=None)
+    assert autogen.get_policy() == "medium" and policies.policy_source() == "default"
+    policies._policy_layers["env"] = "disabled"
+    assert autogen.get_policy() == "disabled" and policies.policy_source() == "env"
+    autogen.load_config(_yaml(tmp_path, "runconfig: {autogen_policy: aggressive}\n"))
+    assert autogen.get_policy() == "aggressive" and policies.policy_source() == "config"
+    autogen.set_policy("disabled")
+    assert autogen.get_policy() == "disabled" and policies.policy_source() == "code"
+    with autogen.policy("medium"):
+        assert autogen.get_policy() == "medium"
+    autogen.set_policy(None)
+    assert autogen.get_policy() == "aggressive"
+    autogen.reset_config()
+    assert autogen.get_policy() == "disabled"
+
+
+def test_cache_dir_precedence(tmp_path):
+    config._cache_layers.update(config=None, env=str(tmp_path / "env"))
+    assert config.cache_dir() == str(tmp_path / "env")
+    autogen.load_config(_yaml(tmp_path, f"runconfig: {{autogen_cache_dir: {tmp_path / 'cfg'}}}\n"))
+    assert config.cache_dir() == str(tmp_path / "cfg")
+    from autogen import compiler
+    assert compiler.cache_dir() == str(tmp_path / "cfg")
+
+
+@pytest.mark.parametrize("text,match", [
+    ("runconfig: {autogen_policy: fast}\n", "autogen_policy.*'fast'.*disabled, default, medium, aggressive"),
+    ("runconfig: {autogen_polcy: medium}\n", "unknown runconfig key 'autogen_polcy'.*autogen_policy"),
+    ("runconfig: {autogen_strict: maybe}\n", "autogen_strict.*'maybe'"),
+    ("runconfig: {autogen_log_level: loud}\n", "autogen_log_level.*'loud'.*DEBUG"),
+    ("runconfig: [1, 2]\n", "runconfig must be a mapping"),
+    ("- just\n- a list\n", "must hold a mapping"),
+    ("runconfig: {autogen_policy: [\n", "not valid YAML"),
+])
+def test_bad_config_values_are_value_errors(tmp_path, text, match):
+    with pytest.raises(ValueError, match=match):
+        autogen.load_config(_yaml(tmp_path, text))
+
+
+def test_missing_file_is_a_value_error(tmp_path):
+    with pytest.raises(ValueError, match="cannot read params file"):
+        autogen.load_config(str(tmp_path / "nope.yaml"))
+
+
+@pytest.mark.parametrize("var,value", [("AUTOGEN_POLICY", "fast"), ("AUTOGEN_STRICT", "maybe"),
+                                       ("AUTOGEN_LOG_LEVEL", "loud")])
+def test_invalid_environment_is_an_error_at_import(var, value):
+    env = dict(os.environ, **{var: value})
+    proc = subprocess.run([sys.executable, "-c", "import autogen"], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0 and var in proc.stderr and value in proc.stderr
+
+
+def test_logging_one_line_per_kernel(tmp_path, caplog):
+    import logging
+    autogen.load_config(_yaml(tmp_path, f"runconfig: {{autogen_log_level: debug, autogen_cache_dir: {tmp_path}}}\n"))
+    with caplog.at_level(logging.DEBUG, logger="autogen"), autogen.policy("aggressive"):
+        autogen.functional.huber_loss(torch.randn(7, 3), torch.randn(7, 3), delta=0.37, use_autogen=True)
+    infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert any("huber_loss" in m and "cache miss" in m for m in infos)
+    assert any("def kernel" in r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG)
+
+
+def cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "autogen", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=dict(os.environ, **(env or {})), timeout=600)
+
+
+def test_cli_list_and_show():
+    out = cli("list")
+    assert out.returncode == 0
+    lines = out.stdout.splitlines()
+    assert any(line.startswith("cross_entropy") and "handwritten" in line for line in lines)
+    assert sum(1 for line in lines if " loss " in line) == 18
+    assert any(line.startswith("leaky_relu") and line.split()[-2:] == ["autogen", "autogen"] for line in lines)
+    out = cli("show", "CrossEntropyLoss", "--dtype", "float64")
+    assert out.returncode == 0 and "max_row" in out.stdout and "def kernel" in out.stdout
+    out = cli("show", "gelu", "--backward")
+    assert out.returncode == 0 and "def kernel" in out.stdout
+
+
+def test_cli_explain_examples():
+    out = cli("explain", os.path.join(EXAMPLES, "leaky_relu_mlp.yaml"))
+    assert out.returncode == 0
+    assert "policy: medium (from config)" in out.stdout and "nonlinearity leaky_relu: autogen" in out.stdout
+
+
+@pytest.mark.parametrize("args,match", [(("frob",), "invalid choice"), (("show", "no_such_loss"), "unknown loss"),
+                                        (("explain", "/no/such.yaml"), "cannot read"),
+                                        (("run",), "required")])
+def test_cli_errors_are_one_line(args, match):
+    out = cli(*args)
+    assert out.returncode != 0
+    assert match in out.stderr and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_cli_cache_info_clear_and_precompile(tmp_path):
+    env = {"AUTOGEN_CACHE_DIR": str(tmp_path)}
+    out = cli("precompile", "--losses", "mse_loss", "--dtypes", "float64", env=env)
+    assert out.returncode == 0, out.stderr
+    out = cli("cache", "info", env=env)
+    assert out.returncode == 0 and str(tmp_path) in out.stdout
+    assert int(out.stdout.split("kernel sources:")[1].split()[0]) > 0
+    out = cli("cache", "clear", env=env)
+    assert out.returncode == 0 and os.listdir(tmp_path) == []
+
+
+def test_cli_run_example():
+    out = cli("run", "--params", os.path.join(EXAMPLES, "leaky_relu_mlp.yaml"), "--steps", "15", "--quiet")
+    assert out.returncode == 0, out.stderr
+    assert "leaky_relu" in out.stdout and "autogen" in out.stdout and "ms per step" in out.stdout
+
+
+@pytest.mark.parametrize("name,expect", [
+    ("leaky_relu_mlp.yaml", {("leaky_relu", "autogen")}),
+    ("classification.yaml", {("gelu", "handwritten")}),
+    ("custom_loss.yaml", {("FocalLoss", "autogen"), ("silu", "autogen")}),
+])
+def test_runner_examples_learn_and_take_the_policys_paths(name, expect):
+    from autogen.runner import Runner
+
+    class Counting(Runner):
+        seen = []
+
+        def on_train_batch_end(self, step, loss):
+            self.seen.append(step)
+
+    runner = Counting.from_file(os.path.join(EXAMPLES, name), progress=False)
+    runner.num_steps = 30
+    runner.fit()
+    assert Counting.seen == list(range(30))
+    first, last = sum(runner.losses[:5]) / 5, sum(runner.losses[-5:]) / 5
+    assert last < first, runner.losses
+    paths = {(c.op, c.path) for c in runner.calls}
+    assert expect <= paths, paths
