@@ -29,12 +29,18 @@ def _parse_dir(value):
     return os.path.expanduser(value)
 
 
-_cache_layers = {"config": None, "env": _from_env("AUTOGEN_CACHE_DIR", _parse_dir)}
+_from_env("AUTOGEN_CACHE_DIR", _parse_dir)  # checked at import; read at each use (tests and tools set it late)
+_cache_layers = {"config": None, "env": None}
 _level_layers = {"config": None, "env": _from_env("AUTOGEN_LOG_LEVEL", _parse_level)}
 
 
+def _env_cache_dir():
+    raw = os.environ.get("AUTOGEN_CACHE_DIR")
+    return os.path.expanduser(raw) if raw else None
+
+
 def cache_dir():
-    chosen = next((_cache_layers[k] for k in ("config", "env") if _cache_layers[k]), None)
+    chosen = _cache_layers["config"] or _cache_layers["env"] or _env_cache_dir()
     return chosen or os.path.join(os.path.expanduser("~"), ".cache", "autogen")
 
 
@@ -111,7 +117,8 @@ def settings():
     def source(layers):
         return next((k for k in LAYERS if layers.get(k) is not None), "default")
     return {"autogen_policy": (policies.get_policy(), source(policies._policy_layers)),
-            "autogen_cache_dir": (cache_dir(), source(_cache_layers)),
+            "autogen_cache_dir": (cache_dir(), source(dict(_cache_layers, env=_cache_layers["env"] or
+                                                                _env_cache_dir()))),
             "autogen_log_level": (log_level(), source(_level_layers)),
             "autogen_strict": (policies.get_strict(), source(policies._strict_layers))}
 

@@ -2,6 +2,7 @@
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from autogen import config, policies
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples")
+CWD = tempfile.gettempdir()
 
 
 @pytest.fixture(autouse=True)
@@ -95,8 +97,11 @@ def test_invalid_environment_is_an_error_at_import(var, value):
     assert proc.returncode != 0 and var in proc.stderr and value in proc.stderr
 
 
-def test_logging_one_line_per_kernel(tmp_path, caplog):
+def test_logging_one_line_per_kernel(tmp_path, caplog, monkeypatch):
     import logging
+
+    from autogen import compiler
+    monkeypatch.setattr(compiler, "_kernels", {})  # load again, from the new cache dir
     autogen.load_config(_yaml(tmp_path, f"runconfig: {{autogen_log_level: debug, autogen_cache_dir: {tmp_path}}}\n"))
     with caplog.at_level(logging.DEBUG, logger="autogen"), autogen.policy("aggressive"):
         autogen.functional.huber_loss(torch.randn(7, 3), torch.randn(7, 3), delta=0.37, use_autogen=True)
@@ -106,7 +111,8 @@ def test_logging_one_line_per_kernel(tmp_path, caplog):
 
 
 def cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "autogen", *args], capture_output=True, text=True, cwd=ROOT,
+    # from a directory without the source tree, so the installed package runs
+    return subprocess.run([sys.executable, "-m", "autogen", *args], capture_output=True, text=True, cwd=CWD,
                           env=dict(os.environ, **(env or {})), timeout=600)
 
 
@@ -177,3 +183,11 @@ def test_runner_examples_learn_and_take_the_policys_paths(name, expect):
     assert last < first, runner.losses
     paths = {(c.op, c.path) for c in runner.calls}
     assert expect <= paths, paths
+
+
+def test_cli_bench_quick(tmp_path):
+    out = cli("bench", "--quick", "--elems", "4096", "--losses", "mse_loss", "kl_div", "--no-nonlinearities",
+              "--out", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert "mse_loss" in out.stdout and "kl_div" in out.stdout and "RobustLoss" in out.stdout
+    assert os.path.exists(tmp_path / "losses.json") and os.path.exists(tmp_path / "losses.csv")
