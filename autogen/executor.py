@@ -432,9 +432,11 @@ def execute(prob, tensors, use_autogen, handwritten=None):
     try:
         return run(engine)
     except AutogenError as exc:
+        if _policy.get_strict():
+            raise
         _warn_once(prob.graph.name, exc)
     except Exception as exc:  # noqa: BLE001 - numba typing/lowering errors surface at the first call
-        if not type(exc).__module__.startswith("numba"):
+        if not type(exc).__module__.startswith("numba") or _policy.get_strict():
             raise
         _warn_once(prob.graph.name, exc)
     return run(PrimEngine(prob, force_fallback=True))

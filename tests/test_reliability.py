@@ -1,0 +1,231 @@
+"""Never a wrong number, never a crash: out-of-bounds attempts in child processes, threads and
+processes on a cold cache, kernel failures, and DDP with two gloo ranks."""
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import autogen
+from autogen import compiler
+from autogen import functional as AF
+
+CWD = tempfile.gettempdir()  # child processes import the installed package, not the source tree
+
+
+def child(code, env=None, timeout=600):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, cwd=CWD,
+                          env=dict(os.environ, **(env or {})), timeout=timeout)
+
+
+# every index-taking input: values at -1, C, C+1, 2**31, and ignore_index edges; a crash in the
+# child (a bad read or write) fails the test instead of killing the suite
+OOB = r"""
+import torch, torch.nn.functional as TF, autogen
+from autogen import functional as AF
+C = 5
+x = torch.randn(4, C, requires_grad=True)
+w = torch.rand(C)
+mismatch = []
+def same(name, *args, **kw):
+    try:
+        ref = getattr(TF, name)(*args, **kw)
+    except Exception as exc:
+        ref = exc
+    for pol, use in [("aggressive", True), ("aggressive", False), ("medium", True), ("disabled", False)]:
+        try:
+            with autogen.policy(pol):
+                out = getattr(AF, name)(*args, **kw, use_autogen=use)
+        except Exception as exc:
+            out = exc
+        if isinstance(ref, Exception) != isinstance(out, Exception) or (
+                isinstance(ref, Exception) and type(ref) is not type(out)) or (
+                not isinstance(ref, Exception) and not torch.allclose(ref, out, equal_nan=True)):
+            mismatch.append((name, pol, use, [a.tolist() for a in args[1:2]], kw.keys(), repr(ref)[:80], repr(out)[:80]))
+for bad in (-1, C, C + 1, 2 ** 31, -2 ** 31, 2 ** 62):
+    t = torch.tensor([0, 1, bad, 2])
+    for name in ("cross_entropy", "nll_loss", "multi_margin_loss"):
+        same(name, x, t)
+        same(name, x, t, weight=w)
+    same("cross_entropy", x, t, ignore_index=bad)            # the bad value is ignored: fine
+    same("nll_loss", x, t, ignore_index=bad, weight=w)
+    same("cross_entropy", x, t, ignore_index=C + 7)          # ignore_index is not a bound
+    same("cross_entropy", torch.randn(2, C, 3), torch.tensor([[0, bad, 1], [2, 3, 4]]))
+    same("multi_margin_loss", x[0], torch.tensor(bad))
+print("MISMATCH", mismatch)
+assert not mismatch
+"""
+
+
+def test_out_of_bounds_indices_in_a_child_process():
+    proc = child(OOB, env={"AUTOGEN_SMALL_ELEMENTS": "0"})
+    assert proc.returncode == 0, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+
+
+def test_custom_gather_out_of_bounds_in_a_child_process():
+    code = r"""
+    import torch, torch.nn.functional as F, autogen, warnings
+    warnings.simplefilter("error")
+    @autogen.autogen_loss
+    class Pick(torch.nn.Module):
+        def forward(self, x, t):
+            return -F.log_softmax(x, -1).gather(1, t.unsqueeze(1)).mean()
+    x = torch.randn(4, 5)
+    for bad in (-1, 5, 6, 2 ** 31):
+        t = torch.tensor([0, bad, 1, 2])
+        for mod in (Pick(), Pick(use_autogen=True)):
+            try:
+                mod(x, t)
+            except RuntimeError as exc:
+                assert "out of bounds" in str(exc), exc
+            else:
+                raise AssertionError(f"index {bad} accepted")
+    print("ok")
+    """
+    proc = child(code)
+    assert proc.returncode == 0 and "ok" in proc.stdout, (proc.returncode, proc.stderr[-2000:])
+
+
+def test_threads_compile_a_new_kernel_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOGEN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(compiler, "_kernels", {})
+    loads = []
+    real = compiler._load_file
+    monkeypatch.setattr(compiler, "_load_file", lambda spec, par: loads.append((spec.key, par)) or real(spec, par))
+    x = [torch.randn(40, 9, dtype=torch.float64, requires_grad=True) for _ in range(8)]
+    t = [torch.randn(40, 9, dtype=torch.float64) for _ in range(8)]
+    barrier, results, errors = threading.Barrier(8), [None] * 8, []
+
+    def work(i):
+        try:
+            barrier.wait()
+            with autogen.policy("aggressive"):
+                out = AF.poisson_nll_loss(x[i], t[i].abs(), log_input=True, full=True, reduction="none",
+                                          use_autogen=True)
+                results[i] = (out, torch.autograd.grad(out.sum(), x[i])[0])
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    assert len(loads) == len(set(loads)) and loads, loads  # each kernel loaded once, by one thread
+    for i, (out, g) in enumerate(results):
+        xi = x[i].detach().clone().requires_grad_()
+        ref = TF.poisson_nll_loss(xi, t[i].abs(), log_input=True, full=True, reduction="none")
+        torch.testing.assert_close(out, ref)
+        torch.testing.assert_close(g, torch.autograd.grad(ref.sum(), xi)[0])
+
+
+def test_processes_fill_one_cold_cache(tmp_path):
+    code = r"""
+    import torch, torch.nn.functional as TF, autogen
+    from autogen import functional as AF
+    torch.manual_seed(0)
+    x, t = torch.randn(64, 33, dtype=torch.float64), torch.randint(0, 33, (64,))
+    with autogen.policy("aggressive"):
+        for name, args, kw in [("cross_entropy", (x, t), {"label_smoothing": 0.05}),
+                               ("huber_loss", (x, x.flip(0)), {"delta": 0.4}),
+                               ("cosine_embedding_loss", (x, x.flip(0), (t % 2 * 2 - 1).double()), {})]:
+            a = args[0].clone().requires_grad_()
+            out = getattr(AF, name)(a, *args[1:], **kw, use_autogen=True)
+            g, = torch.autograd.grad(out, a)
+            b = args[0].clone().requires_grad_()
+            ref = getattr(TF, name)(b, *args[1:], **kw)
+            torch.testing.assert_close(out, ref)
+            torch.testing.assert_close(g, torch.autograd.grad(ref, b)[0])
+    print("ok")
+    """
+    env = dict(os.environ, AUTOGEN_CACHE_DIR=str(tmp_path / "cache"))
+    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=CWD, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0 and "ok" in out, err[-2000:]
+    files = os.listdir(tmp_path / "cache")
+    assert any(f.startswith("k_") and f.endswith(".py") for f in files)
+    assert not any(f.startswith(".tmp-") for f in files)  # no half-written file left behind
+
+
+def test_a_failing_kernel_falls_back_once_or_raises_in_strict_mode(monkeypatch):
+    from autogen import executor
+
+    def broken(spec, prob, values):
+        raise autogen.CompileError("simulated compiler failure")
+
+    monkeypatch.setattr(executor, "run_spec", broken)
+    monkeypatch.setattr(executor, "_warned", set())
+    x, t = torch.randn(6, 4, requires_grad=True), torch.randn(6, 4)
+    with autogen.policy("aggressive"):
+        with pytest.warns(RuntimeWarning, match="kernel for margin_ranking_loss failed.*simulated"):
+            out = AF.margin_ranking_loss(x, t, t.sign(), margin=0.2, use_autogen=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # reported once
+            out = AF.margin_ranking_loss(x, t, t.sign(), margin=0.2, use_autogen=True)
+        torch.testing.assert_close(out, TF.margin_ranking_loss(x, t, t.sign(), margin=0.2))
+        autogen.set_strict(True)
+        try:
+            with pytest.raises(autogen.CompileError, match="simulated"):
+                AF.margin_ranking_loss(x, t, t.sign(), margin=0.2, use_autogen=True)
+        finally:
+            autogen.set_strict(None)
+
+
+DDP = r"""
+import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+import autogen
+
+def train(rank, loss_fn, steps=8):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 8))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(100 + rank)
+    for _ in range(steps):
+        x = torch.randn(64, 16, generator=gen)
+        t = torch.randint(0, 8, (64,), generator=gen)
+        opt.zero_grad()
+        loss_fn(ddp(x), t).backward()
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+def worker(rank, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    torch.set_num_threads(1)
+    with autogen.policy("aggressive"), autogen.record() as rec:
+        ours = train(rank, autogen.nn.CrossEntropyLoss(label_smoothing=0.1, use_autogen=True))
+    theirs = train(rank, torch.nn.CrossEntropyLoss(label_smoothing=0.1))
+    assert {(c.path, c.fused) for c in rec.calls} == {("autogen", True)}, rec.calls
+    if rank == 0:
+        torch.save({"ours": ours, "theirs": theirs}, out)
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    mp.spawn(worker, args=(sys.argv[1],), nprocs=2, join=True)
+"""
+
+
+def test_ddp_two_gloo_ranks_match_the_torch_loss(tmp_path):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = tmp_path / "ddp_train.py"
+    script.write_text(DDP)
+    out = tmp_path / "params.pt"
+    proc = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True, cwd=CWD,
+                          env=dict(os.environ, PORT=str(port)), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    saved = torch.load(out)
+    for a, b in zip(saved["ours"], saved["theirs"]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
