@@ -18,7 +18,7 @@ from importlib import resources
 from . import __version__
 from .errors import ScheduleError
 from .ir import COL, ELEM, ROW, SCALAR, describe, fmt_const, is_leaf, toposort
-from .mathlib import FASTMATH
+from .mathlib import KERNEL_FASTMATH
 from .primitives import PRIMS
 
 _ENV = jinja2.Environment(loader=jinja2.FunctionLoader(
@@ -230,7 +230,7 @@ def render(spec, cache=True, parallel=False):
     args = [f"in_{n.attr}" for n in spec.inputs] + [f"p_{n.attr}" for n in spec.params] + out_args
     return _ENV.get_template("kernel.py.j2").render(
         key=spec.key, graph_comment=[spec.label, f"mathlib {_MATHLIB}"], dtype=spec.dtype, parallel=parallel,
-        fastmath=repr(sorted(FASTMATH)).replace("[", "{").replace("]", "}"), cache=cache, args=args, pre=pre,
+        fastmath=repr(sorted(KERNEL_FASTMATH)).replace("[", "{").replace("]", "}"), cache=cache, args=args, pre=pre,
         row_begin=row_begin, loops=_passes(loops, after, nloops), row_end=row_end, post=post)
 
 

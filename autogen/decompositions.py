@@ -11,6 +11,9 @@ from .ir import COL, ELEM, ROW, SCALAR, apply as A, input as inp, iota, param
 
 x_elem = functools.partial(inp, level=ELEM)
 
+# torch's Loss.cpp EPSILON is a C++ float: 1e-12 rounded to float32, also in float64 arithmetic
+TORCH_EPSILON = 9.999999960041972e-13
+
 
 def _reduce(name, mode, inputs, per_item, level, reduction, weight_sum=None):
     """Apply torch's reduction: 'none' keeps per-item losses; 'sum'/'mean' reduce to a scalar.
@@ -70,7 +73,7 @@ def binary_cross_entropy(reduction, weighted):
     log1mx = A("maximum", A("log1p", -x), -100.0)
     item = (t - 1.0) * log1mx - t * logx
     # torch's gradients: (x - t) / max(x(1 - x), 1e-12) for the input, log(1 - x) - log(x) for the target
-    item = A("gradfix", A("detach", item), x, (x - t) / A("maximum", (1.0 - x) * x, 1e-12))
+    item = A("gradfix", A("detach", item), x, (x - t) / A("maximum", (1.0 - x) * x, TORCH_EPSILON))
     item = A("gradfix", item, t, A("log1p", -x) - A("log", x))
     inputs = [x, t]
     if weighted:
@@ -233,7 +236,11 @@ def _log_sigmoid(x):
 def multilabel_soft_margin_loss(reduction, weight):
     """weight: None, 'col' (one per class) or 'elem' (broadcast to the input's shape)."""
     x, t = x_elem("input"), x_elem("target")
-    value = -(t * _log_sigmoid(x) + (1.0 - t) * _log_sigmoid(-x))
+    # -(t log_sigmoid(x) + (1 - t) log_sigmoid(-x)) = (1 - t) x - log_sigmoid(x) for finite x. At x = +-inf
+    # torch's form is a * inf with a the weight of the infinite term: NaN when a = 0 (0 * inf), which
+    # the kernel's reassociated arithmetic would not reproduce, so that case is spelled out.
+    a = A("where", A("lt", x, 0.0), t, 1.0 - t)
+    value = A("where", A("eq", A("abs", x), float("inf")), a * float("inf"), (1.0 - t) * x - _log_sigmoid(x))
     # the exact derivatives: sigmoid(x) - t and -x
     item = A("gradfix", A("gradfix", A("detach", value), x, A("sigmoid", x) - t), t, -x)
     inputs = [x, t]
@@ -293,7 +300,7 @@ def triplet_margin_loss(reduction, p, swap):
 @functools.lru_cache(maxsize=None)
 def cosine_embedding_loss(reduction):
     a, b, y = x_elem("input1"), x_elem("input2"), inp("target", ROW)
-    eps = 1e-12  # torch's EPSILON
+    eps = TORCH_EPSILON
     cos = A("sum_row", a * b) / A("sqrt", (A("sum_row", a * a) + eps) * (A("sum_row", b * b) + eps))
     per_row = (A("where", A("eq", y, 1.0), 1.0 - cos, 0.0)
                + A("where", A("eq", y, -1.0), _clamp_min(cos - param("margin")), 0.0))

@@ -27,10 +27,16 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
-__all__ = ['FASTMATH', 'exp', 'expm1', 'log', 'log1p', 'tanh', 'sigmoid', 'erf', 'maxnum']
+__all__ = ['FASTMATH', 'KERNEL_FASTMATH', 'exp', 'expm1', 'log', 'log1p', 'tanh', 'sigmoid', 'erf', 'maxnum']
 
-# No 'nnan'/'ninf': NaN/Inf inputs and results must keep IEEE semantics.
-FASTMATH = {'nsz', 'arcp', 'contract', 'afn', 'reassoc'}
+# No 'nnan'/'ninf': NaN/Inf inputs and results must keep IEEE semantics. No 'afn'.
+# The math functions here keep 'arcp' on their own divisions (their divisors are finite and
+# nonzero by construction, and fast-math flags stay with each instruction when inlined).
+FASTMATH = {'nsz', 'arcp', 'contract', 'reassoc'}
+# Kernels drop 'arcp' as well: it lets LLVM turn x / y into x * rcp-estimate(y) with a Newton
+# step, which is NaN at y = inf where x / inf is 0 (found by fuzzing cosine_embedding_loss with
+# a 1e30 input in float32).
+KERNEL_FASTMATH = {'nsz', 'contract', 'reassoc'}
 # error_model='numpy': float division by zero must give inf/nan, not a
 # ZeroDivisionError branch (which would also block vectorization).
 _JIT_OPTS = dict(fastmath=FASTMATH, error_model='numpy')

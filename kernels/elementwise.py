@@ -18,7 +18,7 @@ from autogen.executor import split_run
 from autogen.ir import ELEM
 from autogen.primitives import PRIMS
 
-_JIT = dict(nogil=True, fastmath=mathlib.FASTMATH, error_model="numpy", cache=True)
+_JIT = dict(nogil=True, fastmath=mathlib.KERNEL_FASTMATH, error_model="numpy", cache=True)
 _BLOCK = 1 << 14  # sum_all: elements per float64 partial (fixed, so the result is thread-count independent)
 _FLOATS = (torch.float32, torch.float64)
 

@@ -22,7 +22,7 @@ from autogen.executor import scale_grads, split_run
 from autogen.ir import SCALAR
 from autogen.policies import note
 
-_JIT = dict(nogil=True, fastmath=mathlib.FASTMATH, error_model="numpy", cache=True)
+_JIT = dict(nogil=True, fastmath=mathlib.KERNEL_FASTMATH, error_model="numpy", cache=True)
 _BLOCK = 1 << 14  # elements per block (one float64 partial each)
 _NP = {torch.float32: np.float32, torch.float64: np.float64}
 

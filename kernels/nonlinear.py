@@ -28,7 +28,7 @@ from autogen.codegen import _MATHLIB
 from autogen.executor import split_run
 from autogen.policies import note
 
-_JIT = dict(nogil=True, fastmath=mathlib.FASTMATH, error_model="numpy", cache=True)
+_JIT = dict(nogil=True, fastmath=mathlib.KERNEL_FASTMATH, error_model="numpy", cache=True)
 _BLOCK = 1 << 14  # elements per block
 _NP = {torch.float32: np.float32, torch.float64: np.float64}
 
