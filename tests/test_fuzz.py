@@ -116,16 +116,18 @@ def test_fuzz_losses_against_torch(case):
 @st.composite
 def nonlinearity_inputs(draw, name):
     dtype = draw(st.sampled_from([torch.float32, torch.float64]))
-    shapes = [(0,), (1,), (7,), (3, 4), (1, 6), (5, 0), (2, 3, 2)]
+    shape = draw(st.sampled_from([(0,), (1,), (7,), (3, 4), (1, 6), (5, 0), (2, 3, 2)]))
+    specials = SPECIALS
     if name == "gelu" and dtype == torch.float32:
-        shapes.remove((1,))  # torch: gelu(+inf) is +inf for one element, NaN for more (oneDNN); ours NaN
-    shape = draw(st.sampled_from(shapes))
+        # torch's float32 gelu(+inf) is +inf for one element and NaN for more (oneDNN's kernel);
+        # an accident of torch's kernel choice (test_nonlinearities masks it too): +inf is left out
+        specials = [v for v in SPECIALS if v != float("inf")]
     if name == "glu":
         shape = shape[:-1] + (2 * shape[-1],) if shape else (2,)
     scale = draw(st.sampled_from([1e-3, 1.0, 30.0]))
     x = torch.randn(shape, dtype=dtype) * scale
     if x.numel():
-        for pos, val in draw(st.lists(st.tuples(st.integers(0, x.numel() - 1), st.sampled_from(SPECIALS)),
+        for pos, val in draw(st.lists(st.tuples(st.integers(0, x.numel() - 1), st.sampled_from(specials)),
                                       max_size=4)):
             x.view(-1)[pos] = val
     args = [x]
