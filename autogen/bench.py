@@ -103,28 +103,76 @@ def _under(pol, fn, args, use_autogen, name):
         return fn(*args, use_autogen=use_autogen, **OPTIONS.get(name, {}))
 
 
+def triad_bandwidth(n=1 << 24, reps=10):
+    """The machine's memory bandwidth in bytes/s: a = b + s * c over float32 (torch's threads)."""
+    a, b, c = torch.empty(n), torch.rand(n), torch.rand(n)
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        torch.add(b, c, alpha=1.5, out=a)
+        best = min(best, time.perf_counter() - t0)
+    return 3 * 4 * n / best
+
+
+# elementwise losses: bytes a fused forward+backward moves (every input read once, input 0's
+# gradient written once; float32)
+ELEMENTWISE = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
+               "binary_cross_entropy_with_logits", "gaussian_nll_loss", "hinge_embedding_loss", "kl_div",
+               "margin_ranking_loss", "poisson_nll_loss")
+
+
+def _bytes_moved(args):
+    return sum(a.numel() * a.element_size() for a in args) + args[0].numel() * args[0].element_size()
+
+
+_COMPILED = {}
+
+
+def compiled(name):
+    """torch.compile (Inductor) of torch's loss with the benchmark's options; compiled at first call."""
+    fn = _COMPILED.get(name)
+    if fn is None:
+        opts = OPTIONS.get(name, {})
+        fn = _COMPILED[name] = torch.compile(lambda *a: getattr(TF, name)(*a, **opts), dynamic=False)
+    return fn
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="autogen bench", description="forward+backward time: fused vs primitive vs eager")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--elems", type=int, default=1 << 22)
     ap.add_argument("--losses", nargs="*", default=list(AF.LOSSES), help="losses to time (default: all)")
     ap.add_argument("--no-nonlinearities", action="store_true", help="skip the nonlinearity table")
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile (Inductor) column")
     ap.add_argument("--out", default=os.path.join("benchmarks", "results"),
                     help="directory for losses.csv/.json and nonlinearities.csv (default: benchmarks/results)")
     args = ap.parse_args(argv)
     reps = 5 if args.quick else 15
     names = args.losses
     rows = []
+    bandwidth = triad_bandwidth()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, ~{args.elems:,} elements "
-          f"(class and row losses: {args.elems // 512}x512), forward+backward, median of {reps}")
+          f"(class and row losses: {args.elems // 512}x512), forward+backward, median of {reps}; "
+          f"triad bandwidth {bandwidth / 1e9:.1f} GB/s")
     head = (f"{'loss':34s} {'eager ms':>9s} {'fused ms':>9s} {'default':>9s} {'prim ms':>9s} "
-            f"{'eager/fused':>11s} {'prim/fused':>10s} {'eager/fused@1K':>14s}")
+            f"{'eager/fused':>11s} {'prim/fused':>10s} {'eager/fused@1K':>14s}"
+            + ("" if args.no_compile else f" {'compile ms':>10s} {'compile/fused':>13s} {'compile s':>9s}")
+            + f" {'BW %':>5s}")
     print(head)
     print("-" * len(head))
     for name in names:
         big = inputs(name, args.elems)
         small = inputs(name, 1024)
         res = {v: timed(fwd_bwd(VARIANTS[v](name), big), reps) for v in VARIANTS}
+        extra = {}
+        if not args.no_compile:
+            t0 = time.perf_counter()
+            fwd_bwd(compiled(name), big)()  # compile (Inductor), timed apart
+            extra["compile_seconds"] = time.perf_counter() - t0
+            res["compile"] = timed(fwd_bwd(compiled(name), big), reps)
+            extra["compile_over_fused"] = res["compile"]["median"] / res["fused"]["median"]
+        if name in ELEMENTWISE:
+            extra["fused_bandwidth_fraction"] = _bytes_moved(big) / res["fused"]["median"] / bandwidth
         small_res = {v: timed(fwd_bwd(VARIANTS[v](name), small), reps * 20) for v in ("eager", "default")}
         row = {"loss": name, **{f"{v}_ms": res[v]["median"] * 1e3 for v in res},
                **{f"{v}_p20_ms": res[v]["p20"] * 1e3 for v in res},
@@ -132,22 +180,29 @@ def main(argv=None):
                "eager_over_fused": res["eager"]["median"] / res["fused"]["median"],
                "eager_over_default": res["eager"]["median"] / res["default"]["median"],
                "primitive_over_fused": res["primitive"]["median"] / res["fused"]["median"],
-               "eager_over_default_1k": small_res["eager"]["median"] / small_res["default"]["median"]}
+               "eager_over_default_1k": small_res["eager"]["median"] / small_res["default"]["median"], **extra}
         rows.append(row)
         print(f"{name:34s} {row['eager_ms']:9.2f} {row['fused_ms']:9.2f} {row['default_ms']:9.2f} "
               f"{row['primitive_ms']:9.2f} {row['eager_over_fused']:10.2f}x {row['primitive_over_fused']:9.2f}x "
-              f"{row['eager_over_default_1k']:13.2f}x")
+              f"{row['eager_over_default_1k']:13.2f}x"
+              + ("" if args.no_compile else f" {row['compile_ms']:10.2f} {row['compile_over_fused']:12.2f}x "
+                                            f"{row['compile_seconds']:9.1f}")
+              + (f" {100 * row['fused_bandwidth_fraction']:4.0f}%" if "fused_bandwidth_fraction" in row else ""))
     geo = math.exp(statistics.mean(math.log(r["eager_over_fused"]) for r in rows))
     geo_default = math.exp(statistics.mean(math.log(r["eager_over_default"]) for r in rows))
     geo_prim = math.exp(statistics.mean(math.log(r["primitive_over_fused"]) for r in rows))
     print("-" * len(head))
-    print(f"geometric mean: eager/fused {geo:.2f}x, eager/default {geo_default:.2f}x, primitive/fused {geo_prim:.2f}x")
+    print(f"geometric mean: eager/fused {geo:.2f}x, eager/default {geo_default:.2f}x, primitive/fused {geo_prim:.2f}x"
+          + ("" if args.no_compile else ", torch.compile/fused "
+             f"{math.exp(statistics.mean(math.log(r['compile_over_fused']) for r in rows)):.2f}x"))
+    print("BW % = bytes a fused forward+backward must move (inputs read, gradient written) per second, as a "
+          "fraction of the triad bandwidth; compile s = Inductor's first call (compile + run)")
     print("fused = autogen fused kernel (policy aggressive); default = policy medium with use_autogen=True "
           "(handwritten kernel where one exists); prim = use_autogen=False (op by op)")
     out = args.out
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "losses.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
         w.writeheader()
         w.writerows(rows)
     nl_rows, nl_geo = bench_nonlinearities(args.elems, reps) if not args.no_nonlinearities else ([], None)
@@ -161,7 +216,7 @@ def main(argv=None):
         json.dump({"rows": rows, "geomean_eager_over_fused": geo, "geomean_eager_over_default": geo_default,
                    "geomean_primitive_over_fused": geo_prim, "threads": torch.get_num_threads(),
                    "nonlinearities": nl_rows, "geomean_eager_over_autogen_nonlinearities": nl_geo,
-                   "custom": custom_rows}, f, indent=1)
+                   "custom": custom_rows, "triad_bandwidth_bytes_per_s": bandwidth}, f, indent=1)
 
 
 # -- custom losses (@autogen_loss): the fused kernel against the same module run eagerly ---------
