@@ -36,6 +36,21 @@ if os.environ.get("AUTOGEN_SMALL_ELEMENTS"):
     SMALL_ELEMENTS = dict.fromkeys(SMALL_ELEMENTS, int(os.environ["AUTOGEN_SMALL_ELEMENTS"]))
 
 
+def broadcast_shapes(*shapes):
+    """torch.broadcast_shapes for concrete shapes, without its first-call import of sympy (0.45 s)."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out = [1] * ndim
+    for shape in shapes:
+        for i, size in enumerate(shape):
+            j = ndim - len(shape) + i
+            if size != 1 and out[j] != 1 and size != out[j]:
+                raise RuntimeError(f"The size of tensor a ({out[j]}) must match the size of tensor b ({size}) at "
+                                   f"non-singleton dimension {i}")
+            if size != 1 or out[j] == 1:
+                out[j] = size if size != 1 else out[j]
+    return torch.Size(out)
+
+
 def _small_to_torch(fn):
     """Send inputs below the loss's size threshold to torch's own kernel (recorded as fallback)."""
     name = fn.__name__
@@ -186,7 +201,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
             raise RuntimeError(f"Found dtype {_tname(other.dtype)} but expected {_tname(input.dtype)}")
     _no_grad_weights("binary_cross_entropy", weight=weight)
     if weight is not None:
-        weight = weight.expand(torch.broadcast_shapes(target.size(), weight.size()))
+        weight = weight.expand(broadcast_shapes(target.size(), weight.size()))
         if weight.shape != input.shape:
             raise RuntimeError(f"The size of tensor weight {tuple(weight.shape)} must match input "
                                f"{tuple(input.shape)}")
@@ -214,9 +229,9 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     dtype = torch.result_type(input, target)
     extra = [t for t in (pos_weight, weight) if t is not None]
     for t in extra:
-        torch.broadcast_shapes(t.shape, shape)  # torch's RuntimeError for a size mismatch
+        broadcast_shapes(t.shape, shape)  # torch's RuntimeError for a size mismatch
         dtype = torch.promote_types(dtype, t.dtype)
-    if torch.broadcast_shapes(shape, *[t.shape for t in extra]) != shape:
+    if broadcast_shapes(shape, *[t.shape for t in extra]) != shape:
         raise RuntimeError(f"output with shape {list(shape)} doesn't match the broadcast shape")
     cdt = _compute_dtype(dtype)
     tensors = [_canon(input, cdt), _canon(target, cdt)]
@@ -351,7 +366,7 @@ def _run(graph, tensors, sizes, cdt, params, use_autogen, reduction, out_shape, 
 def _flat(op, tensors, use_autogen, reduction, graph, params, scale_count=None):
     """Elementwise losses: broadcast all tensors (torch's result dtype), flatten, run."""
     _floating(op, *tensors)
-    shape = torch.broadcast_shapes(*[t.shape for t in tensors])
+    shape = broadcast_shapes(*[t.shape for t in tensors])
     dtype = functools.reduce(torch.promote_types, [t.dtype for t in tensors[1:]], tensors[0].dtype)
     cdt = _compute_dtype(dtype)
     flat = [_canon(t.expand(shape), cdt) for t in tensors]
@@ -460,7 +475,7 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
     _check_reduction(reduction, "{} is not valid")
     tensors = [input, target] + ([weight] if weight is not None else [])
     _floating("multilabel_soft_margin_loss", *tensors)
-    shape = torch.broadcast_shapes(*[t.shape for t in tensors])
+    shape = broadcast_shapes(*[t.shape for t in tensors])
     if shape[-1] != C or len(shape) != input.dim():  # torch then sums over a dimension that is not the last
         return _torch_fallback("multilabel_soft_margin_loss", TF.multilabel_soft_margin_loss(
             input, target, weight, reduction=reduction), "inputs broadcast beyond the input's dimensions")
@@ -528,7 +543,7 @@ def _as_float(tensors):
 def _row_inputs(op, tensors, names):
     """Broadcast row inputs (features on the last axis) in their promoted dtype: (flat tensors, shape)."""
     _floating(op, *tensors)
-    shape = torch.broadcast_shapes(*[t.shape for t in tensors])
+    shape = broadcast_shapes(*[t.shape for t in tensors])
     dtype = functools.reduce(torch.promote_types, [t.dtype for t in tensors])
     return shape, dtype
 
@@ -619,7 +634,7 @@ def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, r
     input1, input2 = _as_float([input1, input2])
     shape, dtype = _row_inputs("cosine_embedding_loss", [input1, input2], None)
     if td == 1:
-        R = torch.broadcast_shapes(shape[:-1], target.shape)[0]  # torch's error when rows and targets differ
+        R = broadcast_shapes(shape[:-1], target.shape)[0]  # torch's error when rows and targets differ
         shape = torch.Size([R, shape[-1]])
     else:
         R = 1

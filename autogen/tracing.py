@@ -27,6 +27,7 @@ import torch
 from . import decompositions as D
 from .errors import AutogenError, TracingError, UnsupportedOpError
 from .executor import LossGraph, Problem, execute
+from .functional import broadcast_shapes
 from .ir import COL, ELEM, ROW, SCALAR, Node, apply as A, const, input as inp, iota, param, toposort
 from .policies import get_policy, get_strict, tracing_scope
 from .primitives import PRIMS
@@ -736,7 +737,7 @@ def _run(traced, tensors):
         if node.kind == "f":
             t = t.to(cdt)
         if how == "expand":
-            t = t.expand(torch.broadcast_shapes(t.shape, base))
+            t = t.expand(broadcast_shapes(t.shape, base))
         args.append(t.contiguous())
     for node, expr in traced.index_inputs:
         idx = _eval_index(expr, tensors, traced)
