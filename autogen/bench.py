@@ -6,6 +6,7 @@ writes benchmarks/results/losses.csv and .json. Ratios are measured in one run, 
 """
 import argparse
 import csv
+import functools
 import json
 import math
 import os
@@ -132,8 +133,10 @@ def compiled(name):
     """torch.compile (Inductor) of torch's loss with the benchmark's options; compiled at first call."""
     fn = _COMPILED.get(name)
     if fn is None:
-        opts = OPTIONS.get(name, {})
-        fn = _COMPILED[name] = torch.compile(lambda *a: getattr(TF, name)(*a, **opts), dynamic=False)
+        # torch's function itself (a partial for options): dynamo keys its cache by code object, and
+        # one shared lambda would hit its recompile limit after eight losses and run eagerly
+        fn = _COMPILED[name] = torch.compile(functools.partial(getattr(TF, name), **OPTIONS.get(name, {})),
+                                             dynamic=False)
     return fn
 
 
