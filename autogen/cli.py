@@ -32,7 +32,7 @@ def cmd_list(args):
 
 
 def _sample(name, reduction, dtype):
-    """Small inputs and options for `show`: (callable taking no arguments)."""
+    """Our functional loss, small sample inputs (the first one requiring grad) and its options."""
     from . import functional as F
     from .bench import OPTIONS, inputs
     fn = getattr(F, name)
@@ -64,7 +64,7 @@ def cmd_show(args):
     dtype = _DTYPES[args.dtype]
     loss = _loss_name(args.name)
     if loss is not None:
-        fn, inputs, opts = _sample(loss, args.reduction, dtype)
+        _, inputs, opts = _sample(loss, args.reduction, dtype)
         with policy("aggressive"):
             ex = explain(loss, *inputs, **opts)
         print(f"{loss} ({args.dtype}, reduction={opts.get('reduction', 'mean')})\n\nprimitive graph:\n{ex.graph}")
@@ -77,19 +77,15 @@ def cmd_show(args):
         return
     if args.name in F.NONLINEARITIES:
         from . import activations
-        from .executor import Problem
-        rec = activations.NONLINEARITIES[args.name]
         if args.name in ("prelu", "glu"):
             raise CLIError(f"show: {args.name} takes a weight or a split; see autogen.explain in Python")
         graph = activations.graph(args.name, "none" if args.name == "gelu" else None)
-        del rec
         plan = fused_plan(graph, (True,), dtype)
         print(f"{args.name} ({args.dtype})\n\nprimitive graph:\n{plan.forward.graph_text()}")
         specs = [plan.backward] if args.backward and plan.backward is not None else [plan.forward] + (
             [plan.backward] if plan.backward is not None else [])
         for spec in specs:
             print(f"\ngenerated source ({spec.label}):\n{render(spec)}")
-        del Problem
         return
     raise CLIError(f"unknown loss or nonlinearity {args.name!r}; see `autogen list`")
 

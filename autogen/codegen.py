@@ -17,7 +17,7 @@ from importlib import resources
 
 from . import __version__
 from .errors import ScheduleError
-from .ir import COL, ELEM, ROW, SCALAR, describe, fmt_const, is_leaf, toposort
+from .ir import COL, ELEM, ROW, SCALAR, describe, fmt_const, toposort
 from .mathlib import KERNEL_FASTMATH
 from .primitives import PRIMS
 

@@ -4,7 +4,6 @@ fused autogen: the whole graph in one generated kernel (the gradient of a scalar
 written in the same pass; backward only scales it). primitive: op by op, each primitive
 through a handwritten, generated or torch kernel as the policy picks. fallback: torch ops.
 """
-import os
 import threading
 import time
 import warnings

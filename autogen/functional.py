@@ -64,15 +64,19 @@ def _small_to_torch(fn):
         limit = SMALL_ELEMENTS[name]
         if numel >= limit or get_policy() == "aggressive":
             return fn(input, target, *args, use_autogen=use_autogen, **kwargs)
-        out = torch_fn(input, target, *args, **kwargs)
-        if recording():
-            reason = f"{numel} elements < {limit}: torch's own kernel is faster at this size"
-            note(name, "fallback", False, "forward", reason)
-            if out.requires_grad:
-                out.register_hook(lambda g: note(name, "fallback", False, "backward", reason))
-        return out
+        return _torch_fallback(name, torch_fn(input, target, *args, **kwargs),
+                               f"{numel} elements < {limit}: torch's own kernel is faster at this size")
 
     return wrapper
+
+
+def _torch_fallback(name, out, reason):
+    """`out`, computed by torch, recorded as the fallback path (forward, and backward when it runs)."""
+    if recording():
+        note(name, "fallback", False, "forward", reason)
+        if out.requires_grad:
+            out.register_hook(lambda g: note(name, "fallback", False, "backward", reason))
+    return out
 
 
 def _reduction(size_average, reduce, reduction):
@@ -363,11 +367,16 @@ def _run(graph, tensors, sizes, cdt, params, use_autogen, reduction, out_shape, 
     return _finish(out, reduction, out_shape, dtype)
 
 
-def _flat(op, tensors, use_autogen, reduction, graph, params, scale_count=None):
-    """Elementwise losses: broadcast all tensors (torch's result dtype), flatten, run."""
+def _broadcast(op, tensors):
+    """The broadcast shape and promoted dtype of a loss's floating inputs (torch's errors otherwise)."""
     _floating(op, *tensors)
     shape = broadcast_shapes(*[t.shape for t in tensors])
-    dtype = functools.reduce(torch.promote_types, [t.dtype for t in tensors[1:]], tensors[0].dtype)
+    return shape, functools.reduce(torch.promote_types, [t.dtype for t in tensors])
+
+
+def _flat(op, tensors, use_autogen, reduction, graph, params, scale_count=None):
+    """Elementwise losses: broadcast all tensors (torch's result dtype), flatten, run."""
+    shape, dtype = _broadcast(op, tensors)
     cdt = _compute_dtype(dtype)
     flat = [_canon(t.expand(shape), cdt) for t in tensors]
     n = flat[0].numel()
@@ -461,11 +470,6 @@ def poisson_nll_loss(input, target, log_input=True, full=False, size_average=Non
     return _flat("poisson_nll_loss", [input, target], use_autogen, reduction, graph, {"eps": float(eps)})
 
 
-def _rows_of(t, shape):
-    """`t` broadcast to `shape` and seen as rows along the last dimension."""
-    return t.expand(shape)
-
-
 @_small_to_torch
 def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None, reduction="mean", *,
                                 use_autogen=False):
@@ -473,13 +477,10 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
         reduction = _Reduction.legacy_get_string(size_average, reduce)
     C = input.size(input.dim() - 1)  # torch's IndexError for a 0-dim input
     _check_reduction(reduction, "{} is not valid")
-    tensors = [input, target] + ([weight] if weight is not None else [])
-    _floating("multilabel_soft_margin_loss", *tensors)
-    shape = broadcast_shapes(*[t.shape for t in tensors])
+    shape, dtype = _broadcast("multilabel_soft_margin_loss", [input, target] + ([weight] if weight is not None else []))
     if shape[-1] != C or len(shape) != input.dim():  # torch then sums over a dimension that is not the last
         return _torch_fallback("multilabel_soft_margin_loss", TF.multilabel_soft_margin_loss(
             input, target, weight, reduction=reduction), "inputs broadcast beyond the input's dimensions")
-    dtype = functools.reduce(torch.promote_types, [t.dtype for t in tensors])
     cdt = _compute_dtype(dtype)
     R = math.prod(shape[:-1])
     flat = [_canon(input.expand(shape), cdt), _canon(target.expand(shape), cdt)]
@@ -530,9 +531,8 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
     if weight is not None:
         tensors.append(_canon(weight, dtype))
     params = {"margin": float(margin), "inv_c": 1.0 / C, "scale": _scale(R) if reduction == "mean" else 1.0}
-    out_shape = target.shape if input.dim() == 2 else ()
     return _run(D.multi_margin_loss(reduction, int(p), weight is not None), tensors, (R * C, C, R), dtype, params,
-                use_autogen, reduction, out_shape if input.dim() == 2 else torch.Size(), dtype)
+                use_autogen, reduction, target.shape if input.dim() == 2 else torch.Size(), dtype)
 
 
 def _as_float(tensors):
@@ -540,17 +540,9 @@ def _as_float(tensors):
     return [t if t.is_floating_point() or t.is_complex() else t.to(torch.get_default_dtype()) for t in tensors]
 
 
-def _row_inputs(op, tensors, names):
-    """Broadcast row inputs (features on the last axis) in their promoted dtype: (flat tensors, shape)."""
-    _floating(op, *tensors)
-    shape = broadcast_shapes(*[t.shape for t in tensors])
-    dtype = functools.reduce(torch.promote_types, [t.dtype for t in tensors])
-    return shape, dtype
-
-
 def _triplet(op, anchor, positive, negative, margin, p, eps, swap, reduction, use_autogen):
     anchor, positive, negative = _as_float([anchor, positive, negative])
-    shape, dtype = _row_inputs(op, [anchor, positive, negative], None)
+    shape, dtype = _broadcast(op, [anchor, positive, negative])
     cdt = _compute_dtype(dtype)
     if len(shape) == 0:
         shape = torch.Size([1])
@@ -574,21 +566,21 @@ def _triplet_dims(anchor, positive, negative):
                            f"dimensions, but got: anchor {a}D, positive {p}D, and negative {n}D inputs")
 
 
+@_small_to_torch
 def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False, size_average=None,
                         reduce=None, reduction="mean", *, use_autogen=False):
     reduction = _reduction(size_average, reduce, reduction)
     if margin <= 0:
         raise ValueError(f"margin must be greater than 0, got {margin}")
     _triplet_dims(anchor, positive, negative)
-    if tracing() or not (0 < p < math.inf) or anchor.numel() < SMALL_ELEMENTS["triplet_margin_loss"] and \
-            get_policy() != "aggressive":
+    if not 0 < p < math.inf:
         # p = 0 (a count of non-zeros) and p = inf (a max) are not sums of powers: torch's own kernel
         return _torch_fallback("triplet_margin_loss", TF.triplet_margin_loss(
-            anchor, positive, negative, margin, p, eps, swap, reduction=reduction), "p outside (0, inf)"
-            if not (0 < p < math.inf) else "small input")
+            anchor, positive, negative, margin, p, eps, swap, reduction=reduction), "p outside (0, inf)")
     return _triplet("triplet_margin_loss", anchor, positive, negative, margin, p, eps, swap, reduction, use_autogen)
 
 
+@_small_to_torch
 def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_function=None, margin=1.0, swap=False,
                                       reduction="mean", use_autogen=False):
     if reduction not in ("mean", "sum", "none"):
@@ -596,29 +588,20 @@ def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_fu
     if margin <= 0:
         raise ValueError(f"margin must be greater than 0, got {margin}")
     _triplet_dims(anchor, positive, negative)
-    small = tracing() or (anchor.numel() < SMALL_ELEMENTS["triplet_margin_with_distance_loss"]
-                          and get_policy() != "aggressive")
     p, eps = 2.0, 1e-6  # torch.pairwise_distance's defaults, and the module's PairwiseDistance()
     if isinstance(distance_function, torch.nn.PairwiseDistance) and not distance_function.keepdim:
         p, eps, distance_function = distance_function.norm, distance_function.eps, None
-    if distance_function in (None, TF.pairwise_distance, torch.pairwise_distance) and not small and 0 < p < math.inf:
+    if distance_function in (None, TF.pairwise_distance, torch.pairwise_distance) and 0 < p < math.inf:
         return _triplet("triplet_margin_with_distance_loss", anchor, positive, negative, margin, p, eps, swap,
                         reduction, use_autogen)
+    reason = "a distance_function callable runs in torch"
     if distance_function is None:
+        reason = "p outside (0, inf)"
         distance_function = functools.partial(TF.pairwise_distance, p=p, eps=eps)
     # a user's distance callable runs through torch; the rest is torch's few cheap ops on distances
     out = TF.triplet_margin_with_distance_loss(anchor, positive, negative, distance_function=distance_function,
                                                margin=margin, swap=swap, reduction=reduction)
-    return _torch_fallback("triplet_margin_with_distance_loss", out,
-                           "small input" if small else "a distance_function callable runs in torch")
-
-
-def _torch_fallback(name, out, reason):
-    if recording():
-        note(name, "fallback", False, "forward", reason)
-        if out.requires_grad:
-            out.register_hook(lambda g: note(name, "fallback", False, "backward", reason))
-    return out
+    return _torch_fallback("triplet_margin_with_distance_loss", out, reason)
 
 
 @_small_to_torch
@@ -632,7 +615,7 @@ def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, r
         raise RuntimeError(f"{td}D target tensor expects {td + 1}D input tensors, but found inputs with sizes "
                            f"{list(input1.shape)} and {list(input2.shape)}.")
     input1, input2 = _as_float([input1, input2])
-    shape, dtype = _row_inputs("cosine_embedding_loss", [input1, input2], None)
+    shape, dtype = _broadcast("cosine_embedding_loss", [input1, input2])
     if td == 1:
         R = broadcast_shapes(shape[:-1], target.shape)[0]  # torch's error when rows and targets differ
         shape = torch.Size([R, shape[-1]])

@@ -1,5 +1,4 @@
 """torch.nn loss modules with a `use_autogen` constructor argument."""
-import torch
 from torch import nn
 
 from . import functional as F

@@ -15,6 +15,7 @@ the batch only, a transpose of data) is an unsupported op: warned once, and the 
 """
 import functools
 import inspect
+import math
 import operator
 import re
 import threading
@@ -27,7 +28,7 @@ import torch
 from . import decompositions as D
 from .errors import AutogenError, TracingError, UnsupportedOpError
 from .executor import LossGraph, Problem, execute
-from .functional import broadcast_shapes
+from .functional import _compute_dtype, broadcast_shapes
 from .ir import COL, ELEM, ROW, SCALAR, Node, apply as A, const, input as inp, iota, param, toposort
 from .policies import get_policy, get_strict, tracing_scope
 from .primitives import PRIMS
@@ -127,12 +128,8 @@ class _Lowering:
         except _Unsupported:
             lvl = None
         if lvl is None or lvl == SCALAR:  # partial broadcasts and one-element tensors: materialized
-            how, lvl = "expand", ELEM
-            axes = (None,) * (len(shape) - len(self.base)) + tuple(
-                a if self.base[a] != 1 else None for a in range(self.k + 1))
-            axes = axes[-len(shape):] if len(shape) >= len(self.base) else tuple(
-                a if self.base[a] != 1 else None for a in range(self.k + 1))
-            shape = self.base if len(shape) <= len(self.base) else shape
+            how, lvl, shape = "expand", ELEM, self.base
+            axes = tuple(a if self.base[a] != 1 else None for a in range(self.k + 1))
         node = inp(f"in{i}", lvl, kind)
         self.inputs.append((node, i, how))
         return V(node, shape, axes)
@@ -168,6 +165,7 @@ class _Lowering:
                     if len(out) != 1:
                         raise _Unsupported("a loss returning several tensors", "")
                     out = out[0]
+                self.output = out
                 break
             try:
                 self.env[n] = self._lower(n)
@@ -534,14 +532,11 @@ def _expand(low, n, x, sizes, *, implicit=False):
 def _permute(low, n, x, *args):
     xv = low.arg(x)
     val = n.meta["val"]
-    # which source dim each result dim comes from: read off the strides torch gives the view
-    order = sorted(range(len(xv.shape)), key=lambda d: -_hint(val.stride()[d]) if val.shape[d] != 1 else 0)
     perm = _permutation(n, len(xv.shape))
     axes = tuple(xv.axes[p] for p in perm)
     present = [a for a in axes if a is not None]
     if present != sorted(present):
         raise _Unsupported("a transpose of data (only size-1 dimensions may move)", "")
-    del order
     return V(xv.node, tuple(val.shape), axes)
 
 
@@ -689,27 +684,19 @@ def _trace(module, forward, tensors, cls):
                     or n.op == "iota" for n in order)
     base = low.base
     C = base[-1]
-    numel = 1
-    for s in base:
-        numel *= s
+    numel = math.prod(base)
     R = numel // C if C else 0
     used = {n.digest for n in order}
     inputs = [(node, i, how) for node, i, how in low.inputs if node.digest in used]
     index_inputs = [(node, expr) for node, expr in low.index_inputs if node.digest in used]
-    mode = "row" if uses_rows else "flat"
-    if mode == "flat" and any(node.level not in (ELEM, SCALAR) for node, _, _ in inputs):
-        mode = "row"
-    floats = [t.dtype for t in tensors if t.is_floating_point()]
-    dtype = functools.reduce(torch.promote_types, floats)
-    cdt = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    mode = "row" if uses_rows else "flat"  # flat: only per-element and scalar values, inputs included
+    cdt = _compute_dtype(functools.reduce(torch.promote_types, [t.dtype for t in tensors if t.is_floating_point()]))
     graph = LossGraph(cls.__name__, mode, tuple(n for n, _, _ in inputs) + tuple(n for n, _ in index_inputs),
-                      loss, level if mode == "row" or level != ROW else SCALAR)
-    val = out_val = gm.graph.find_nodes(op="output")[0].args[0]
-    if isinstance(out_val, (list, tuple)):
-        val = out_val[0]
-    meta = val.meta["val"]
-    return _Traced(graph, inputs, index_inputs, {node.attr: i for node, i, _ in low.inputs}, dict(low.params), (R * C, C, R) if mode == "row" else (numel, 0, 0),
-                   tuple(_hint(s) for s in meta.shape), meta.dtype, cdt, base)
+                      loss, level)
+    meta = low.output.meta["val"]
+    return _Traced(graph, inputs, index_inputs, {node.attr: i for node, i, _ in low.inputs}, dict(low.params),
+                   (R * C, C, R) if mode == "row" else (numel, 0, 0), tuple(_hint(s) for s in meta.shape), meta.dtype,
+                   cdt, base)
 
 
 def _eval_index(node, tensors, traced):
