@@ -35,6 +35,16 @@ def _loss_class(name):
     raise ValueError(f"unknown model.loss {name!r}; known: {', '.join(agnn.LOSSES)} or 'module.Class'")
 
 
+def _number(section, name, key, default, kind=int):
+    """section[key] as a number; a bad value is a ValueError naming the key and the value."""
+    value = section.get(key, default)
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}.{key}: expected {'an integer' if kind is int else 'a number'}, "
+                         f"got {value!r}") from None
+
+
 class MLP(torch.nn.Module):
     def __init__(self, input_size, hidden_size, output_size, num_layers, nonlinearity, **nl_options):
         super().__init__()
@@ -80,12 +90,12 @@ class Runner:
         self.params = params
         self.model_cfg = dict(params.get("model") or {})
         run = dict(params.get("runconfig") or {})
-        self.num_steps = int(run.get("num_steps", 100))
-        self.steps_per_epoch = int(run.get("steps_per_epoch", max(self.num_steps, 1)))
-        self.batch_size = int(run.get("batch_size", 64))
-        self.lr = float(run.get("learning_rate", 1e-2))
+        self.num_steps = _number(run, "runconfig", "num_steps", 100)
+        self.steps_per_epoch = _number(run, "runconfig", "steps_per_epoch", max(self.num_steps, 1))
+        self.batch_size = _number(run, "runconfig", "batch_size", 64)
+        self.lr = _number(run, "runconfig", "learning_rate", 1e-2, float)
         self.progress = progress
-        torch.manual_seed(int(run.get("seed", 0)))
+        torch.manual_seed(_number(run, "runconfig", "seed", 0))
         self.model, self.loss_fn, self.make_batch = self._build()
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.lr)
         self.losses, self.step_times, self.calls = [], [], []
@@ -106,11 +116,11 @@ class Runner:
         loss_cls = _loss_class(loss_name)
         loss_options = dict(cfg.get("loss_options") or {})
         loss_fn = loss_cls(**loss_options, use_autogen=bool(cfg.get("use_autogen", True)))
-        hidden = int(cfg.get("hidden_size", 64))
-        layers = int(cfg.get("num_layers", 2))
+        hidden = _number(cfg, "model", "hidden_size", 64)
+        layers = _number(cfg, "model", "num_layers", 2)
         if name == "gpt":
-            vocab, seq = int(cfg.get("vocab_size", 32)), int(cfg.get("seq_len", 16))
-            model = TinyGPT(vocab, seq, hidden, layers, int(cfg.get("num_heads", 2)), nl, **nl_options)
+            vocab, seq = _number(cfg, "model", "vocab_size", 32), _number(cfg, "model", "seq_len", 16)
+            model = TinyGPT(vocab, seq, hidden, layers, _number(cfg, "model", "num_heads", 2), nl, **nl_options)
 
             def make_batch():  # next token = (token + 1) mod vocab: learnable in a few steps
                 start = torch.randint(0, vocab, (self.batch_size, 1))
@@ -119,7 +129,7 @@ class Runner:
             return _FlatLogits(model, vocab), loss_fn, make_batch
         if name != "mlp":
             raise ValueError(f"unknown model.name {name!r}; known: mlp, gpt")
-        inputs, classes = int(cfg.get("input_size", 32)), int(cfg.get("num_classes", 10))
+        inputs, classes = _number(cfg, "model", "input_size", 32), _number(cfg, "model", "num_classes", 10)
         model = MLP(inputs, hidden, classes, layers, nl, **nl_options)
         teacher = torch.nn.Linear(inputs, classes)
         classify = getattr(loss_cls, "__name__", "") in CLASS_LOSSES or bool(cfg.get("classification", False))

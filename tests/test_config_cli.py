@@ -191,3 +191,17 @@ def test_cli_bench_quick(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "mse_loss" in out.stdout and "kl_div" in out.stdout and "RobustLoss" in out.stdout
     assert os.path.exists(tmp_path / "losses.json") and os.path.exists(tmp_path / "losses.csv")
+
+
+@pytest.mark.parametrize("text,match", [
+    ("runconfig: {num_steps: many}\n", "runconfig.num_steps: expected an integer, got 'many'"),
+    ("runconfig: {learning_rate: fast}\n", "runconfig.learning_rate: expected a number, got 'fast'"),
+    ("model: {hidden_size: [1]}\n", "model.hidden_size: expected an integer"),
+    ("model: {name: rnn}\n", "unknown model.name 'rnn'"),
+    ("model: {loss: NoSuchLoss}\n", "unknown model.loss 'NoSuchLoss'"),
+    ("model: {nonlinearity: swishy}\n", "unknown nonlinearity 'swishy'"),
+])
+def test_runner_rejects_bad_params_naming_the_key(tmp_path, text, match):
+    from autogen.runner import Runner
+    with pytest.raises(ValueError, match=match.replace("[", r"\[").replace("(", r"\(")):
+        Runner.from_file(_yaml(tmp_path, text), progress=False)
