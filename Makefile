@@ -24,6 +24,7 @@ test: install
 
 bench: install
 	$(BIN)/pip install -q --no-deps --force-reinstall . >/dev/null
+	$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/pip install -q 'matplotlib>=3.5'
 	$(BIN)/python benchmarks/bench_losses.py
 
 clean:

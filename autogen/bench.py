@@ -1,16 +1,23 @@
-"""Forward+backward time of the losses (fused autogen vs primitive vs torch eager) and of the
-nonlinearities (autogen vs handwritten vs torch eager).
+"""The benchmark: losses, nonlinearities and custom losses against torch eager and torch.compile.
 
-Run: `make bench` (or `autogen bench [--quick]`, `python benchmarks/bench_losses.py`). Prints one table and
-writes benchmarks/results/losses.csv and .json. Ratios are measured in one run, per loss.
+Run: `make bench` (or `autogen bench`, `python benchmarks/bench_losses.py`); `--sweep` for sizes 1K to
+16M, `--quick` for fewer repetitions. Every variant of one (name, size, mode) is timed in the same
+run with interleaved repetitions (round robin, the first one rotating), so the machine's drift
+falls on all of them alike; median, p20 and p80 are kept, and each variant's peak memory.
+Prints the tables (a progress bar on stderr while it runs) and writes under benchmarks/results/:
+bench.csv (one row per name x size x mode x variant), bench.json (the same with the summary),
+losses.csv/losses.json and nonlinearities.csv (the main size), speedup.png (speedup vs size).
 """
 import argparse
 import csv
+import ctypes
 import functools
+import gc
 import json
 import math
 import os
 import statistics
+import sys
 import time
 
 import torch
@@ -66,16 +73,32 @@ def inputs(name, n_elems):
     return [x.requires_grad_(), t]
 
 
-def timed(fn, reps):
-    fn()  # compile / warm up
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    times.sort()
+# -- timing ------------------------------------------------------------------------------------
+def _stats(times):
+    times = sorted(times)
     return {"median": statistics.median(times), "p20": times[len(times) // 5], "p80": times[(4 * len(times)) // 5]}
+
+
+def timed(fn, reps):
+    """One callable alone (median, p20, p80 of reps calls after two warm-up calls)."""
+    return measure({"_": fn}, reps)["_"]
+
+
+def measure(fns, reps):
+    """Interleaved repetitions: each round calls every variant once, the first one rotating, so a
+    slow spell of this shared machine falls on all variants alike."""
+    for fn in fns.values():  # compile / warm up
+        fn()
+        fn()
+    keys = list(fns)
+    times = {k: [] for k in keys}
+    for i in range(reps):
+        k0 = i % len(keys)
+        for k in keys[k0:] + keys[:k0]:
+            t0 = time.perf_counter()
+            fns[k]()
+            times[k].append(time.perf_counter() - t0)
+    return {k: _stats(v) for k, v in times.items()}
 
 
 def fwd_bwd(fn, args):
@@ -89,19 +112,125 @@ def fwd_bwd(fn, args):
     return run
 
 
-VARIANTS = {
-    "eager": lambda name: lambda *a: getattr(TF, name)(*a, **OPTIONS.get(name, {})),
-    "fused": lambda name: lambda *a: _under("aggressive", getattr(AF, name), a, True, name),
-    "default": lambda name: lambda *a: _under("medium", getattr(AF, name), a, True, name),
-    "primitive": lambda name: lambda *a: _under("medium", getattr(AF, name), a, False, name),
-}
+def fwd_only(fn, args):
+    def run():
+        with torch.no_grad():
+            fn(*args)
+    return run
 
 
+MODES = {"fwd+bwd": fwd_bwd, "fwd": fwd_only}
+
+try:
+    _libc = ctypes.CDLL(None)
+    _malloc_trim = _libc.malloc_trim
+except (OSError, AttributeError):  # not glibc
+    _malloc_trim = None
+
+
+def _status_kb(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise OSError(field)
+
+
+def peak_mb(fn):
+    """Peak resident memory one call adds (MB): the allocator's free memory handed back first, the
+    kernel's high-water mark reset (/proc/self/clear_refs), then VmHWM - VmRSS. None off Linux."""
+    try:
+        gc.collect()
+        if _malloc_trim is not None:
+            _malloc_trim(0)
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = _status_kb("VmRSS")
+        fn()
+        return max(_status_kb("VmHWM") - before, 0) / 1024
+    except OSError:
+        return None
+
+
+def reps_for(n, base):
+    """More repetitions for small inputs (their calls are short and noisier)."""
+    return base * max(1, min(20, (1 << 20) // max(n, 1)))
+
+
+# -- variants ----------------------------------------------------------------------------------
 def _under(pol, fn, args, use_autogen, name):
     if autogen.get_policy() == pol:  # as users call it: no per-call policy context (it costs ~2 us)
         return fn(*args, use_autogen=use_autogen, **OPTIONS.get(name, {}))
     with autogen.policy(pol):
         return fn(*args, use_autogen=use_autogen, **OPTIONS.get(name, {}))
+
+
+def _under_policy(pol, fn):
+    with autogen.policy(pol):
+        return fn()
+
+
+_COMPILED = {}
+
+
+def _raise_recompile_limit():
+    # one compiled function per loss is recompiled per size and grad mode; past dynamo's default
+    # limit of 8 it would silently run eagerly
+    cfg = torch._dynamo.config
+    for attr in ("recompile_limit", "cache_size_limit"):
+        if hasattr(cfg, attr):
+            setattr(cfg, attr, max(getattr(cfg, attr), 64))
+
+
+def compiled(name, options=None):
+    """torch.compile (Inductor) of torch's function with the benchmark's options; compiled at first call."""
+    fn = _COMPILED.get(name)
+    if fn is None:
+        _raise_recompile_limit()
+        # torch's function itself (a partial for options): dynamo keys its cache by code object, and
+        # one shared lambda would hit its recompile limit after eight losses and run eagerly
+        opts = OPTIONS.get(name, {}) if options is None else options
+        fn = _COMPILED[name] = torch.compile(functools.partial(getattr(TF, name), **opts), dynamic=False)
+    return fn
+
+
+VARIANTS = {  # losses: name -> callable(*inputs)
+    "eager": lambda name: lambda *a: getattr(TF, name)(*a, **OPTIONS.get(name, {})),
+    "compile": lambda name: compiled(name),
+    "primitive": lambda name: lambda *a: _under("medium", getattr(AF, name), a, False, name),
+    "fused": lambda name: lambda *a: _under("aggressive", getattr(AF, name), a, True, name),
+    "default": lambda name: lambda *a: _under("medium", getattr(AF, name), a, True, name),
+}
+
+NL_OPTIONS = {"threshold": {"threshold": 0.1, "value": 0.0}}
+
+
+def _nl(fn, name, pol):
+    opts = NL_OPTIONS.get(name, {})
+    if pol is None:
+        return lambda *a: fn(*a, **opts)
+    return lambda *a: _under_policy(pol, lambda: fn(*a, **opts))
+
+
+NL_VARIANTS = {  # nonlinearities: the policy alone picks the kernel
+    "eager": lambda name: _nl(getattr(TF, name), name, None),
+    "compile": lambda name: compiled(name, NL_OPTIONS.get(name, {})),
+    "autogen": lambda name: _nl(getattr(AF, name), name, "aggressive"),
+    "default": lambda name: _nl(getattr(AF, name), name, "medium"),
+}
+
+
+def nonlinearity_args(name, n_elems):
+    x = torch.randn(max(n_elems // 512, 1), 512, requires_grad=True)
+    if name == "prelu":
+        return [x, torch.rand(512, requires_grad=True)]
+    return [x]
+
+
+KINDS = {  # kind -> (variants, inputs, the variant the speedups are of, its label)
+    "loss": (VARIANTS, inputs, "fused"),
+    "nonlinearity": (NL_VARIANTS, nonlinearity_args, "autogen"),
+}
 
 
 def triad_bandwidth(n=1 << 24, reps=10):
@@ -126,100 +255,167 @@ def _bytes_moved(args):
     return sum(a.numel() * a.element_size() for a in args) + args[0].numel() * args[0].element_size()
 
 
-_COMPILED = {}
+# -- one cell: every variant of one (kind, name, size, mode) -----------------------------------
+def run_cell(kind, name, n, mode, variants, reps, memory=True):
+    table, make_inputs, _ = KINDS[kind]
+    args = make_inputs(name, n)
+    fns = {v: MODES[mode](table[v](name), args) for v in variants}
+    compile_s = None
+    if "compile" in fns:  # Inductor's first call (compile + run), timed apart
+        t0 = time.perf_counter()
+        fns["compile"]()
+        compile_s = time.perf_counter() - t0
+    stats = measure(fns, reps_for(n, reps))
+    size = args[0].numel()
+    records = []
+    for v in fns:
+        rec = {"kind": kind, "name": name, "size": size, "mode": mode, "variant": v,
+               "median_ms": stats[v]["median"] * 1e3, "p20_ms": stats[v]["p20"] * 1e3,
+               "p80_ms": stats[v]["p80"] * 1e3, "peak_mb": peak_mb(fns[v]) if memory else None,
+               "compile_s": compile_s if v == "compile" else None}
+        if kind == "loss" and mode == "fwd+bwd" and name in ELEMENTWISE:
+            rec["bytes"] = _bytes_moved(args)
+        records.append(rec)
+    return records
 
 
-def compiled(name):
-    """torch.compile (Inductor) of torch's loss with the benchmark's options; compiled at first call."""
-    fn = _COMPILED.get(name)
-    if fn is None:
-        # torch's function itself (a partial for options): dynamo keys its cache by code object, and
-        # one shared lambda would hit its recompile limit after eight losses and run eagerly
-        fn = _COMPILED[name] = torch.compile(functools.partial(getattr(TF, name), **OPTIONS.get(name, {})),
-                                             dynamic=False)
-    return fn
+class Progress:
+    """A progress bar on stderr (a line per step where stderr is not a terminal)."""
+
+    def __init__(self, total, enabled=True):
+        self.total, self.done, self.enabled = total, 0, enabled
+        self.tty = sys.stderr.isatty()
+        self.t0 = time.perf_counter()
+
+    def step(self, label):
+        self.done += 1
+        if not self.enabled:
+            return
+        frac = self.done / max(self.total, 1)
+        bar = "#" * int(30 * frac) + "." * (30 - int(30 * frac))
+        text = f"[{bar}] {self.done}/{self.total} {time.perf_counter() - self.t0:5.0f}s {label}"
+        if self.tty:
+            sys.stderr.write("\r" + text[:100].ljust(100))
+            if self.done == self.total:
+                sys.stderr.write("\n")
+        else:
+            sys.stderr.write(text + "\n")
+        sys.stderr.flush()
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="autogen bench", description="forward+backward time: fused vs primitive vs eager")
-    ap.add_argument("--quick", action="store_true", help="fewer repetitions")
-    ap.add_argument("--elems", type=int, default=1 << 22)
-    ap.add_argument("--losses", nargs="*", default=list(AF.LOSSES), help="losses to time (default: all)")
-    ap.add_argument("--no-nonlinearities", action="store_true", help="skip the nonlinearity table")
-    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile (Inductor) column")
-    ap.add_argument("--out", default=os.path.join("benchmarks", "results"),
-                    help="directory for losses.csv/.json and nonlinearities.csv (default: benchmarks/results)")
-    args = ap.parse_args(argv)
-    reps = 5 if args.quick else 15
-    names = args.losses
-    rows = []
-    bandwidth = triad_bandwidth()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, ~{args.elems:,} elements "
-          f"(class and row losses: {args.elems // 512}x512), forward+backward, median of {reps}; "
-          f"triad bandwidth {bandwidth / 1e9:.1f} GB/s")
-    head = (f"{'loss':34s} {'eager ms':>9s} {'fused ms':>9s} {'default':>9s} {'prim ms':>9s} "
-            f"{'eager/fused':>11s} {'prim/fused':>10s} {'eager/fused@1K':>14s}"
-            + ("" if args.no_compile else f" {'compile ms':>10s} {'compile/fused':>13s} {'compile s':>9s}")
-            + f" {'BW %':>5s}")
+# -- tables ------------------------------------------------------------------------------------
+def _geo(values):
+    values = [v for v in values if v and v > 0 and math.isfinite(v)]
+    return math.exp(statistics.mean(math.log(v) for v in values)) if values else float("nan")
+
+
+def _index(records):
+    return {(r["kind"], r["name"], r["size"], r["mode"], r["variant"]): r for r in records}
+
+
+def _fmt_mb(v):
+    return f"{v:7.1f}" if v is not None else f"{'-':>7s}"
+
+
+def print_table(kind, mode, size_label, names, idx, size_of, variants, bandwidth, small=None):
+    """One table: per name, each variant's median, the speedups of our kernel, peak memory."""
+    target = KINDS[kind][2]
+    others = [v for v in ("eager", "compile", "primitive") if v in variants]
+    cols = [v for v in variants]
+    head = (f"{kind:34s} " + " ".join(f"{v + ' ms':>11s}" for v in cols)
+            + " " + " ".join(f"{v + '/' + target:>16s}" for v in others)
+            + (f" {'eager/default@1K':>16s}" if small is not None else "")
+            + (f" {'BW %':>5s}" if kind == "loss" and mode == "fwd+bwd" else "")
+            + f" {'peak MB eager':>13s} {'peak MB ' + target:>14s}")
+    print(f"\n{kind} x {mode}, {size_label}: median of interleaved repetitions (p20-p80 in the CSV)")
+    print(head)
+    print("-" * len(head))
+    summary = {v: [] for v in others}
+    summary["eager/default@1K"] = []
+    for name in names:
+        n = size_of(name)
+        get = lambda v: idx.get((kind, name, n, mode, v))  # noqa: E731
+        t = get(target)
+        if t is None:
+            continue
+        line = f"{name:34s} " + " ".join(f"{get(v)['median_ms']:11.2f}" if get(v) else f"{'-':>11s}" for v in cols)
+        for v in others:
+            ratio = get(v)["median_ms"] / t["median_ms"] if get(v) else None
+            if ratio is not None:
+                summary[v].append(ratio)
+            line += f" {ratio:15.2f}x" if ratio is not None else f" {'-':>16s}"
+        if small is not None:
+            s = small.get(name)
+            if s is not None:
+                summary["eager/default@1K"].append(s)
+            line += f" {s:15.2f}x" if s is not None else f" {'-':>16s}"
+        if kind == "loss" and mode == "fwd+bwd":
+            line += f" {100 * t['bytes'] / (t['median_ms'] / 1e3) / bandwidth:4.0f}%" if t.get("bytes") else f" {'':5s}"
+        line += f" {_fmt_mb(get('eager')['peak_mb'] if get('eager') else None):>13s} {_fmt_mb(t['peak_mb']):>14s}"
+        print(line)
+    print("-" * len(head))
+    geo = {k: _geo(v) for k, v in summary.items() if v}
+    print("geometric mean: " + ", ".join(f"{k} {g:.2f}x" if "/" in k else f"{k}/{target} {g:.2f}x"
+                                         for k, g in geo.items())
+          + "; below 1x: " + (", ".join(f"{k} {sum(r < 1 for r in summary[k])}" for k in summary if summary[k])))
+    return geo
+
+
+def print_sweep(kind, mode, names, idx, sizes_of):
+    target = KINDS[kind][2]
+    any_sizes = sorted({s for name in names for s in sizes_of(name)})
+    print(f"\n{kind} x {mode}: eager/{target} by size (>1: ours is faster)")
+    head = f"{kind:34s} " + " ".join(f"{_size_label(s):>8s}" for s in any_sizes)
     print(head)
     print("-" * len(head))
     for name in names:
-        big = inputs(name, args.elems)
-        small = inputs(name, 1024)
-        res = {v: timed(fwd_bwd(VARIANTS[v](name), big), reps) for v in VARIANTS}
-        extra = {}
-        if not args.no_compile:
-            t0 = time.perf_counter()
-            fwd_bwd(compiled(name), big)()  # compile (Inductor), timed apart
-            extra["compile_seconds"] = time.perf_counter() - t0
-            res["compile"] = timed(fwd_bwd(compiled(name), big), reps)
-            extra["compile_over_fused"] = res["compile"]["median"] / res["fused"]["median"]
-        if name in ELEMENTWISE:
-            extra["fused_bandwidth_fraction"] = _bytes_moved(big) / res["fused"]["median"] / bandwidth
-        small_res = {v: timed(fwd_bwd(VARIANTS[v](name), small), reps * 20) for v in ("eager", "default")}
-        row = {"loss": name, **{f"{v}_ms": res[v]["median"] * 1e3 for v in res},
-               **{f"{v}_p20_ms": res[v]["p20"] * 1e3 for v in res},
-               **{f"{v}_p80_ms": res[v]["p80"] * 1e3 for v in res},
-               "eager_over_fused": res["eager"]["median"] / res["fused"]["median"],
-               "eager_over_default": res["eager"]["median"] / res["default"]["median"],
-               "primitive_over_fused": res["primitive"]["median"] / res["fused"]["median"],
-               "eager_over_default_1k": small_res["eager"]["median"] / small_res["default"]["median"], **extra}
-        rows.append(row)
-        print(f"{name:34s} {row['eager_ms']:9.2f} {row['fused_ms']:9.2f} {row['default_ms']:9.2f} "
-              f"{row['primitive_ms']:9.2f} {row['eager_over_fused']:10.2f}x {row['primitive_over_fused']:9.2f}x "
-              f"{row['eager_over_default_1k']:13.2f}x"
-              + ("" if args.no_compile else f" {row['compile_ms']:10.2f} {row['compile_over_fused']:12.2f}x "
-                                            f"{row['compile_seconds']:9.1f}")
-              + (f" {100 * row['fused_bandwidth_fraction']:4.0f}%" if "fused_bandwidth_fraction" in row else ""))
-    geo = math.exp(statistics.mean(math.log(r["eager_over_fused"]) for r in rows))
-    geo_default = math.exp(statistics.mean(math.log(r["eager_over_default"]) for r in rows))
-    geo_prim = math.exp(statistics.mean(math.log(r["primitive_over_fused"]) for r in rows))
-    print("-" * len(head))
-    print(f"geometric mean: eager/fused {geo:.2f}x, eager/default {geo_default:.2f}x, primitive/fused {geo_prim:.2f}x"
-          + ("" if args.no_compile else ", torch.compile/fused "
-             f"{math.exp(statistics.mean(math.log(r['compile_over_fused']) for r in rows)):.2f}x"))
-    print("BW % = bytes a fused forward+backward must move (inputs read, gradient written) per second, as a "
-          "fraction of the triad bandwidth; compile s = Inductor's first call (compile + run)")
-    print("fused = autogen fused kernel (policy aggressive); default = policy medium with use_autogen=True "
-          "(handwritten kernel where one exists); prim = use_autogen=False (op by op)")
-    out = args.out
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "losses.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
-        w.writeheader()
-        w.writerows(rows)
-    nl_rows, nl_geo = bench_nonlinearities(args.elems, reps) if not args.no_nonlinearities else ([], None)
-    if nl_rows:
-        with open(os.path.join(out, "nonlinearities.csv"), "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(nl_rows[0]))
-            w.writeheader()
-            w.writerows(nl_rows)
-    custom_rows = bench_custom(args.elems, reps)
-    with open(os.path.join(out, "losses.json"), "w") as f:
-        json.dump({"rows": rows, "geomean_eager_over_fused": geo, "geomean_eager_over_default": geo_default,
-                   "geomean_primitive_over_fused": geo_prim, "threads": torch.get_num_threads(),
-                   "nonlinearities": nl_rows, "geomean_eager_over_autogen_nonlinearities": nl_geo,
-                   "custom": custom_rows, "triad_bandwidth_bytes_per_s": bandwidth}, f, indent=1)
+        cells = []
+        for s in any_sizes:
+            e, t = idx.get((kind, name, s, mode, "eager")), idx.get((kind, name, s, mode, target))
+            cells.append(f"{e['median_ms'] / t['median_ms']:7.2f}x" if e and t else f"{'-':>8s}")
+        print(f"{name:34s} " + " ".join(cells))
+
+
+def _size_label(n):
+    for unit, k in (("M", 1 << 20), ("K", 1 << 10)):
+        if n >= k and n % k == 0:
+            return f"{n // k}{unit}"
+    return str(n)
+
+
+def plot(records, path):
+    """speedup (eager / ours, forward+backward) vs size, one line per name, a panel per kind."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("no plot: matplotlib is not installed (pip install matplotlib; `make bench` installs it)")
+        return None
+    idx = _index(records)
+    kinds = [k for k in KINDS if any(r["kind"] == k for r in records)]
+    fig, axes = plt.subplots(1, len(kinds), figsize=(8 * len(kinds), 6), squeeze=False)
+    for ax, kind in zip(axes[0], kinds):
+        target = KINDS[kind][2]
+        names = list(dict.fromkeys(r["name"] for r in records if r["kind"] == kind))
+        for name in names:
+            pts = sorted((r["size"], idx[(kind, name, r["size"], "fwd+bwd", "eager")]["median_ms"] / r["median_ms"])
+                         for r in records if r["kind"] == kind and r["name"] == name and r["mode"] == "fwd+bwd"
+                         and r["variant"] == target and (kind, name, r["size"], "fwd+bwd", "eager") in idx)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+        ax.axhline(1.0, color="black", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ax.set_xlabel("elements")
+        ax.set_ylabel(f"eager time / {target} time (forward+backward)")
+        ax.set_title(f"{kind}: speedup over torch eager")
+        ax.legend(fontsize=7, ncol=2)
+        ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 # -- custom losses (@autogen_loss): the fused kernel against the same module run eagerly ---------
@@ -265,61 +461,173 @@ def bench_custom(n_elems, reps):
     cases = [(RobustLoss, [x, torch.randn(r, 512)]), (SmoothedClassification, [x, torch.randint(0, 512, (r,))]),
              (FocalLoss, [x, torch.randint(0, 512, (r,))])]
     print()
-    print(f"custom losses (@autogen_loss), {r}x512, forward+backward, median of {reps}")
+    print(f"custom losses (@autogen_loss), {r}x512, forward+backward, median of {reps} interleaved repetitions")
     head = f"{'loss':24s} {'eager ms':>9s} {'fused ms':>9s} {'eager/fused':>11s}"
     print(head)
     print("-" * len(head))
     rows = []
     for cls, args in cases:
-        eager = timed(fwd_bwd(cls(), args), reps)["median"]
-        fused = timed(fwd_bwd(lambda *a, m=cls(use_autogen=True): _under_policy("medium", lambda: m(*a)), args),
-                      reps)["median"]
-        rows.append({"loss": cls.__name__, "eager_ms": eager * 1e3, "fused_ms": fused * 1e3,
-                     "eager_over_fused": eager / fused})
-        print(f"{cls.__name__:24s} {eager * 1e3:9.2f} {fused * 1e3:9.2f} {eager / fused:10.2f}x")
+        fused = cls(use_autogen=True)
+        res = measure({"eager": fwd_bwd(cls(), args),
+                       "fused": fwd_bwd(lambda *a: _under_policy("medium", lambda: fused(*a)), args)}, reps)
+        eager, fz = res["eager"]["median"], res["fused"]["median"]
+        rows.append({"loss": cls.__name__, "eager_ms": eager * 1e3, "fused_ms": fz * 1e3,
+                     "eager_over_fused": eager / fz})
+        print(f"{cls.__name__:24s} {eager * 1e3:9.2f} {fz * 1e3:9.2f} {eager / fz:10.2f}x")
     return rows
 
 
-def nonlinearity_args(name, n_elems):
-    x = torch.randn(n_elems // 512, 512, requires_grad=True)
-    if name == "prelu":
-        return [x, torch.rand(512, requires_grad=True)]
-    return [x]
+# -- main --------------------------------------------------------------------------------------
+SWEEP = [1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22, 1 << 24]
 
 
-NL_OPTIONS = {"threshold": {"threshold": 0.1, "value": 0.0}}
+def _sizes(text):
+    out = []
+    for part in text.split(","):
+        part = part.strip().upper()
+        mult = {"K": 1 << 10, "M": 1 << 20}.get(part[-1:], 1)
+        out.append(int(part[:-1] if mult > 1 else part) * mult)
+    return out
 
 
-def bench_nonlinearities(n_elems, reps):
-    def make(fn, name, pol):
-        opts = NL_OPTIONS.get(name, {})
-        if pol is None:
-            return lambda *a: fn(*a, **opts)
-        return lambda *a: _under_policy(pol, lambda: fn(*a, **opts))
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="autogen bench", description="losses and nonlinearities: ours vs torch eager "
+                                 "and torch.compile, forward+backward and forward only")
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ap.add_argument("--elems", type=int, default=1 << 22, help="the main size (default 4M elements)")
+    ap.add_argument("--sizes", type=_sizes, help="sizes to time, e.g. 1K,64K,4M (default: the main size)")
+    ap.add_argument("--sweep", action="store_true", help="sizes 1K, 16K, 128K, 1M, 4M, 16M")
+    ap.add_argument("--modes", nargs="*", default=list(MODES), choices=list(MODES))
+    ap.add_argument("--losses", nargs="*", default=list(AF.LOSSES), help="losses to time (default: all)")
+    ap.add_argument("--nonlinearities", nargs="*", default=None, help="nonlinearities to time (default: all)")
+    ap.add_argument("--no-nonlinearities", action="store_true", help="skip the nonlinearity table")
+    ap.add_argument("--no-custom", action="store_true", help="skip the custom-loss table")
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (Inductor)")
+    ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
+    ap.add_argument("--no-plot", action="store_true", help="skip speedup.png")
+    ap.add_argument("--out", default=os.path.join("benchmarks", "results"),
+                    help="directory for bench.csv/.json, losses.csv/.json, nonlinearities.csv, speedup.png")
+    args = ap.parse_args(argv)
+    reps = 5 if args.quick else 15
+    sizes = SWEEP if args.sweep else (args.sizes or [args.elems])
+    main_size = args.elems if args.elems in sizes else max(sizes)
+    nl_names = [] if args.no_nonlinearities else (args.nonlinearities or list(AF.NONLINEARITIES))
+    drop = {"compile"} if args.no_compile else set()
+    loss_variants = [v for v in VARIANTS if v not in drop]
+    nl_variants = [v for v in NL_VARIANTS if v not in drop]
+    small_cells = [] if 1024 in sizes else [("loss", name) for name in args.losses]
 
-    print()
-    print(f"nonlinearities, ~{n_elems:,} elements, forward+backward, median of {reps}")
-    head = f"{'nonlinearity':14s} {'eager ms':>9s} {'autogen ms':>10s} {'default ms':>10s} {'eager/autogen':>13s}"
-    print(head)
-    print("-" * len(head))
+    cells = [("loss", name, n, mode, loss_variants) for n in sizes for mode in args.modes for name in args.losses]
+    cells += [("loss", name, 1024, "fwd+bwd", ["eager", "default"]) for _, name in small_cells]
+    cells += [("nonlinearity", name, n, mode, nl_variants) for n in sizes for mode in args.modes for name in nl_names]
+    bandwidth = triad_bandwidth()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; sizes "
+          f"{', '.join(_size_label(s) for s in sizes)} elements (class and row losses: rows of 512); "
+          f"{reps} interleaved repetitions (more below 1M); triad bandwidth {bandwidth / 1e9:.1f} GB/s")
+    progress = Progress(len(cells))
+    records = []
+    for kind, name, n, mode, variants in cells:
+        memory = not args.no_memory and n >= 1 << 16
+        records += run_cell(kind, name, n, mode, variants, reps if n > 1024 else reps * 2, memory)
+        progress.step(f"{kind} {name} {_size_label(n)} {mode}")
+    idx = _index(records)
+
+    def size_of(kind):
+        def f(name):
+            return next((r["size"] for r in records if r["kind"] == kind and r["name"] == name
+                         and r["variant"] != "default" and _near(r["size"], main_size)), None)
+        return f
+
+    small = {}
+    for name in args.losses:
+        ks = [r for r in records if r["kind"] == "loss" and r["name"] == name and r["mode"] == "fwd+bwd"
+              and r["size"] <= 1024]
+        e = next((r for r in ks if r["variant"] == "eager"), None)
+        d = next((r for r in ks if r["variant"] == "default"), None)
+        if e and d:
+            small[name] = e["median_ms"] / d["median_ms"]
+    summary = {"threads": torch.get_num_threads(), "triad_bandwidth_bytes_per_s": bandwidth,
+               "sizes": sizes, "main_size": main_size, "tables": {}}
+    for kind, names, variants in (("loss", args.losses, loss_variants), ("nonlinearity", nl_names, nl_variants)):
+        if not names:
+            continue
+        for mode in args.modes:
+            geo = print_table(kind, mode, f"~{_size_label(main_size)} elements", names, idx, size_of(kind),
+                              variants, bandwidth, small if kind == "loss" and mode == "fwd+bwd" else None)
+            summary["tables"][f"{kind} {mode}"] = geo
+            if len(sizes) > 1:
+                print_sweep(kind, mode, names, idx, lambda name, k=kind, m=mode: sorted(
+                    {r["size"] for r in records if r["kind"] == k and r["name"] == name and r["mode"] == m
+                     and r["variant"] == KINDS[k][2]}))
+    print(f"\nBW % = bytes a fused forward+backward must move (inputs read once, gradient written once) per second, "
+          f"as a fraction of the triad bandwidth ({bandwidth / 1e9:.1f} GB/s). peak MB = resident memory one call "
+          f"adds at its peak. compile = torch.compile (Inductor) after its first call; its compile time is in the "
+          f"CSV (compile_s).")
+    print("fused/autogen = our generated kernel (policy aggressive); default = policy medium (a handwritten "
+          "kernel where one exists, torch's own below the size threshold); primitive = use_autogen=False (op by op)")
+    custom_rows = [] if args.no_custom else bench_custom(main_size, reps)
+
+    out = args.out
+    os.makedirs(out, exist_ok=True)
+    fields = list(dict.fromkeys(k for r in records for k in r))
+    with open(os.path.join(out, "bench.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(records)
+    rows = _wide(records, "loss", args.losses, size_of("loss"), small, bandwidth)
+    nl_rows = _wide(records, "nonlinearity", nl_names, size_of("nonlinearity"), {}, bandwidth)
+    for fname, data in (("losses.csv", rows), ("nonlinearities.csv", nl_rows)):
+        if data:
+            with open(os.path.join(out, fname), "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in data for k in r)))
+                w.writeheader()
+                w.writerows(data)
+    png = None if args.no_plot else plot(records, os.path.join(out, "speedup.png"))
+    summary["plot"] = png
+    with open(os.path.join(out, "bench.json"), "w") as f:
+        json.dump({"summary": summary, "records": records, "custom": custom_rows}, f, indent=1)
+    with open(os.path.join(out, "losses.json"), "w") as f:
+        json.dump({"rows": rows, "nonlinearities": nl_rows, "custom": custom_rows, **summary}, f, indent=1)
+    print(f"wrote {os.path.join(out, 'bench.csv')}, bench.json, losses.csv/.json, nonlinearities.csv"
+          + (f", {os.path.basename(png)}" if png else ""))
+    return summary
+
+
+def _near(size, main):
+    return main / 2 < size <= main * 2
+
+
+def _wide(records, kind, names, size_of, small, bandwidth):
+    """One row per name at the main size, forward+backward and forward-only medians side by side."""
+    target = KINDS[kind][2]
+    idx = _index(records)
     rows = []
-    for name in AF.NONLINEARITIES:
-        args = nonlinearity_args(name, n_elems)
-        eager = timed(fwd_bwd(make(getattr(TF, name), name, None), args), reps)["median"]
-        auto = timed(fwd_bwd(make(getattr(AF, name), name, "aggressive"), args), reps)["median"]
-        default = timed(fwd_bwd(make(getattr(AF, name), name, "medium"), args), reps)["median"]
-        rows.append({"nonlinearity": name, "eager_ms": eager * 1e3, "autogen_ms": auto * 1e3,
-                     "default_ms": default * 1e3, "eager_over_autogen": eager / auto})
-        print(f"{name:14s} {eager * 1e3:9.2f} {auto * 1e3:10.2f} {default * 1e3:10.2f} {eager / auto:12.2f}x")
-    geo = math.exp(statistics.mean(math.log(r["eager_over_autogen"]) for r in rows))
-    print("-" * len(head))
-    print(f"geometric mean eager/autogen {geo:.2f}x (default = policy medium: handwritten relu, gelu, silu)")
-    return rows, geo
-
-
-def _under_policy(pol, fn):
-    with autogen.policy(pol):
-        return fn()
+    for name in names:
+        n = size_of(name)
+        if n is None:
+            continue
+        row = {kind: name, "size": n}
+        for mode in MODES:
+            tag = "" if mode == "fwd+bwd" else "fwd_"
+            t = idx.get((kind, name, n, mode, target))
+            for v in KINDS[kind][0]:
+                r = idx.get((kind, name, n, mode, v))
+                if r is None:
+                    continue
+                row[f"{tag}{v}_ms"] = r["median_ms"]
+                row[f"{tag}{v}_p20_ms"] = r["p20_ms"]
+                row[f"{tag}{v}_p80_ms"] = r["p80_ms"]
+                row[f"{tag}{v}_peak_mb"] = r["peak_mb"]
+                if v != target and t is not None:
+                    row[f"{tag}{v}_over_{target}"] = r["median_ms"] / t["median_ms"]
+                if r["compile_s"] is not None:
+                    row[f"{tag}compile_seconds"] = r["compile_s"]
+            if mode == "fwd+bwd" and t is not None and t.get("bytes"):
+                row["fused_bandwidth_fraction"] = t["bytes"] / (t["median_ms"] / 1e3) / bandwidth
+        if name in small:
+            row["eager_over_default_1k"] = small[name]
+        rows.append(row)
+    return rows
 
 
 if __name__ == "__main__":

@@ -115,6 +115,7 @@ _PAR_SECONDS = 3e-4  # use threads only when one thread would take longer than t
 # launch costs ~100 us here (65K-element mse: 28 us on one thread, 170 us handed to a pool thread).
 # Generated kernels then run their prange variant, handwritten ones a prange trampoline over
 # row chunks (split_run): both on numba's threads, compiled only for such inputs.
+_ran = set()         # kernels called at least once (compiled for the types they take here)
 _rates = {}          # kernel -> fastest seen seconds per element on one thread (measured as we go)
 
 
@@ -127,10 +128,12 @@ def _use_threads(kernel, work, count):
 def _timed(kernel, work, call):
     """Run call() on this thread and learn the kernel's time per element (not from a compiling call,
     nor from a call too small to say more about overhead than about the kernel)."""
-    compiled = bool(getattr(kernel, "signatures", True))
+    compiled = kernel in _ran  # numba's own `signatures` costs ~14 us a call
     t0 = time.perf_counter()
     call()
-    if compiled and work >= 4096:
+    if not compiled:
+        _ran.add(kernel)
+    elif work >= 4096:
         seconds = (time.perf_counter() - t0) / work
         rate = _rates.get(kernel)
         _rates[kernel] = seconds if rate is None else min(rate, seconds)

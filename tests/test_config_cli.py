@@ -191,6 +191,17 @@ def test_cli_bench_quick(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "mse_loss" in out.stdout and "kl_div" in out.stdout and "RobustLoss" in out.stdout
     assert os.path.exists(tmp_path / "losses.json") and os.path.exists(tmp_path / "losses.csv")
+    import csv
+    with open(tmp_path / "bench.csv") as f:
+        rows = list(csv.DictReader(f))
+    cells = {(r["name"], r["mode"], r["variant"]) for r in rows}
+    for name in ("mse_loss", "kl_div"):  # every variant, forward+backward and forward only, and the 1K check
+        for mode in ("fwd+bwd", "fwd"):
+            assert {(name, mode, v) for v in ("eager", "compile", "primitive", "fused", "default")} <= cells
+        assert any(r["name"] == name and r["size"] == "1024" and r["variant"] == "default" for r in rows)
+    for r in rows:
+        assert float(r["p20_ms"]) <= float(r["median_ms"]) <= float(r["p80_ms"]), r
+    assert any(r["compile_s"] for r in rows if r["variant"] == "compile")
 
 
 @pytest.mark.parametrize("text,match", [
