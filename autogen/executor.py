@@ -176,6 +176,34 @@ class FusedPlan:
     in_forward: bool             # gradients written by the forward kernel
     scaled: bool                 # forward also returns a scalar the gradients must be scaled by
     backward: KernelSpec = None  # separate backward kernel (reduction 'none', or no in-forward form)
+    derivative: bool = False     # forward also writes d out / d input; backward is grad_output times it
+
+
+_COSTLY = 20  # when a backward kernel would redo this much math per element (the primitive table's
+# costs: one polynomial function) that the forward kernel has at hand, the forward kernel writes the
+# derivative beside its output (one more stream) and backward only multiplies: silu's and sigmoid's
+# backward need the sigmoid again, tanh's the tanh, gelu's erf. Not for elu: its derivative needs an
+# exp the forward's expm1 does not give, so saving would only add traffic.
+
+
+def _saved_derivative(graph, wrt):
+    """d out / d input of an elementwise graph with one differentiated input, when a backward kernel
+    would redo costly math the forward computes anyway; else None."""
+    if len(wrt) != 1 or graph.level != ELEM or graph.inputs[wrt[0]].level != ELEM:
+        return None
+    if any(n.op in PRIMS and PRIMS[n.op].group not in ("elementwise", "identity") for n in toposort([graph.loss])):
+        return None  # a reduction or gather: the derivative is not one value per element
+    (d,) = vjp([graph.loss], [const(1.0)], [graph.inputs[wrt[0]]])
+    if d is None or d.level != ELEM:
+        return None
+    forward, stack = set(), [graph.loss]  # what the forward kernel computes (a gradfix: its value only)
+    while stack:
+        n = stack.pop()
+        if n.digest not in forward:
+            forward.add(n.digest)
+            stack.extend(n.args[:1] if n.op == "gradfix" else n.args)
+    shared = sum(PRIMS[n.op].cost for n in toposort([d]) if n.op in PRIMS and n.digest in forward)
+    return d if shared >= _COSTLY else None
 
 
 _plans = {}
@@ -224,6 +252,11 @@ def fused_plan(graph, needs, dtype):
             if scale is not None:
                 outs.append((scale, SCALAR))
             plan = FusedPlan(KernelSpec(outs, sdt, f"{label} forward+grad"), wrt, True, scale is not None)
+    if plan is None and wrt:
+        d = _saved_derivative(graph, wrt)
+        if d is not None:
+            plan = FusedPlan(KernelSpec([(loss, ELEM), (d, ELEM)], sdt, f"{label} forward+derivative"), wrt,
+                             False, False, derivative=True)
     if plan is None:
         fwd = KernelSpec([(loss, graph.level)], sdt, f"{label} forward")
         bwd = None
@@ -254,6 +287,8 @@ class FusedEngine:
             grads = [g.view(tensors[i].shape) for i, g in zip(plan.wrt, outs[1:1 + len(plan.wrt)])]
             scale = outs[-1] if plan.scaled else None
             return outs[0], (plan, grads, scale)
+        if plan.derivative:
+            return outs[0], (plan, outs[1].view(tensors[plan.wrt[0]].shape), None)
         values["__shapes"] = [t.shape for t in tensors]
         return outs[0], (plan, values, None)
 
@@ -264,6 +299,8 @@ class FusedEngine:
         if plan.in_forward:
             data = scale_grads(data, gout if scale is None else gout * scale)
             return _place(plan.wrt, data, len(prob.graph.inputs))
+        if plan.derivative:
+            return _place(plan.wrt, [torch.mul(gout.view(data.shape), data)], len(prob.graph.inputs))
         values = dict(data)
         values["__gout"] = gout.contiguous()
         shapes = values["__shapes"]

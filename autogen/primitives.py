@@ -29,6 +29,7 @@ class Prim:
     args: str = ""                 # argument kinds when not all float ('b' bool, 'i' index)
     domain: tuple = (-3.0, 3.0)    # where the op is defined and smooth: the range tests sample from
     first_level: bool = False      # the result lives at its first argument's level (not the join of all)
+    cost: int = 1                  # per-element cost relative to an add (a polynomial math function ~20)
 
     def infer(self, args):
         """Level and kind of this op applied to `args`."""
@@ -107,18 +108,21 @@ _prim("sqrt", 1, "elementwise", "__np.sqrt({0})", torch.sqrt, lambda g, o, a: (g
       domain=(0.1, 4.0))
 _prim("pow", 2, "elementwise", "({0} ** {1})", torch.pow,
       lambda g, o, a, b: (A("where", A("eq", b, 0.0), 0.0, g * b * A("pow", a, b - 1.0)),
-                          g * o * A("log", a)), kind="f", domain=(0.2, 2.5))
+                          g * o * A("log", a)), kind="f", cost=40, domain=(0.2, 2.5))
 # -- transcendental: vectorizable polynomial versions from autogen.mathlib --------------------
-_prim("exp", 1, "elementwise", "__m.exp({0})", torch.exp, lambda g, o, a: (g * o,), kind="f")
-_prim("log", 1, "elementwise", "__m.log({0})", torch.log, lambda g, o, a: (g / a,), kind="f", domain=(0.01, 5.0))
+_prim("exp", 1, "elementwise", "__m.exp({0})", torch.exp, lambda g, o, a: (g * o,), kind="f", cost=20)
+_prim("log", 1, "elementwise", "__m.log({0})", torch.log, lambda g, o, a: (g / a,), kind="f", cost=20,
+      domain=(0.01, 5.0))
 _prim("log1p", 1, "elementwise", "__m.log1p({0})", torch.log1p, lambda g, o, a: (g / (1.0 + a),), kind="f",
-      domain=(-0.9, 5.0))
-_prim("expm1", 1, "elementwise", "__m.expm1({0})", torch.expm1, lambda g, o, a: (g * (o + 1.0),), kind="f")
-_prim("tanh", 1, "elementwise", "__m.tanh({0})", torch.tanh, lambda g, o, a: (g * (1.0 - o * o),), kind="f")
+      cost=20, domain=(-0.9, 5.0))
+_prim("expm1", 1, "elementwise", "__m.expm1({0})", torch.expm1, lambda g, o, a: (g * (o + 1.0),), kind="f",
+      cost=20)
+_prim("tanh", 1, "elementwise", "__m.tanh({0})", torch.tanh, lambda g, o, a: (g * (1.0 - o * o),), kind="f",
+      cost=20)
 _prim("sigmoid", 1, "elementwise", "__m.sigmoid({0})", torch.sigmoid, lambda g, o, a: (g * o * (1.0 - o),),
-      kind="f")
+      kind="f", cost=20)
 _prim("erf", 1, "elementwise", "__m.erf({0})", torch.erf,
-      lambda g, o, a: (g * 1.1283791670955126 * A("exp", -(a * a)),), kind="f")  # 2/sqrt(pi) e^(-a^2)
+      lambda g, o, a: (g * 1.1283791670955126 * A("exp", -(a * a)),), kind="f", cost=20)  # 2/sqrt(pi) e^(-a^2)
 # -- selection -------------------------------------------------------------------------------
 _prim("maximum", 2, "elementwise", "({0} if (({0} > {1}) | ({0} != {0})) else {1})", torch.maximum, _maxgrad)
 _prim("minimum", 2, "elementwise", "({0} if (({0} < {1}) | ({0} != {0})) else {1})", torch.minimum, _maxgrad)
