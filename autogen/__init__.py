@@ -7,7 +7,8 @@ from . import functional, nn  # noqa: E402
 from .explain import explain  # noqa: E402
 from .tracing import autogen_loss  # noqa: E402
 from .config import load_config, reset_config, settings  # noqa: E402
+from .executor import empty_cache  # noqa: E402
 
 __all__ = ["AutogenError", "CompileError", "ScheduleError", "TracingError", "UnsupportedOpError", "POLICIES",
            "get_policy", "policy", "record", "set_policy", "set_strict", "get_strict", "functional", "nn", "explain",
-           "autogen_loss", "load_config", "reset_config", "settings", "__version__"]
+           "autogen_loss", "load_config", "reset_config", "settings", "empty_cache", "__version__"]

@@ -141,6 +141,7 @@ def peak_mb(fn):
     kernel's high-water mark reset (/proc/self/clear_refs), then VmHWM - VmRSS. None off Linux."""
     try:
         gc.collect()
+        autogen.empty_cache()  # our pool's free buffers too: a call's outputs count as new memory
         if _malloc_trim is not None:
             _malloc_trim(0)
         with open("/proc/self/clear_refs", "w") as f:

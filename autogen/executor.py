@@ -7,6 +7,7 @@ through a handwritten, generated or torch kernel as the policy picks. fallback: 
 import threading
 import time
 import warnings
+import weakref
 from dataclasses import dataclass, field
 
 import numba
@@ -61,6 +62,58 @@ class Problem:
         return {ELEM: n, ROW: r, COL: c, SCALAR: 1}[level]
 
 
+# -- large outputs: a caching pool ------------------------------------------------------------
+# A fresh 16 MB output is new memory to the OS whenever glibc has handed the last one back (it
+# trims the heap top past 32 MB): thousands of page faults per call, measured at 2-5x a memory-bound
+# kernel's own time on this machine, and varying from run to run with the heap's history. Large
+# kernel outputs therefore come from a pool: a buffer returns to it when the tensor that used it is
+# freed (a weakref finalizer on the numpy view torch.from_numpy holds), and the next call of that
+# size reuses its pages.
+_POOL_MIN = 1 << 20                  # bytes: smaller outputs come from torch.empty
+_POOL_PER_SIZE = 4                   # free buffers kept per size
+_POOL_MAX_BYTES = 1 << 30            # and in all
+_pool = {}
+_pool_bytes = [0]
+_pool_lock = threading.Lock()
+
+
+def _release(buf):
+    with _pool_lock:
+        free = _pool.setdefault(buf.nbytes, [])
+        if len(free) < _POOL_PER_SIZE and _pool_bytes[0] + buf.nbytes <= _POOL_MAX_BYTES:
+            free.append(buf)
+            _pool_bytes[0] += buf.nbytes
+
+
+def empty_cache():
+    """Hand the pool's free buffers back to the allocator (autogen.empty_cache)."""
+    with _pool_lock:
+        _pool.clear()
+        _pool_bytes[0] = 0
+
+
+def pooled(size, dtype, zero=False):
+    """An uninitialized (or zeroed) 1-D tensor of `size` elements, its memory from the pool."""
+    nbytes = size * _ITEMSIZE[dtype]
+    if nbytes < _POOL_MIN or dtype not in _NP:
+        return (torch.zeros if zero else torch.empty)(size, dtype=dtype)
+    with _pool_lock:
+        free = _pool.get(nbytes)
+        buf = free.pop() if free else None
+        if buf is not None:
+            _pool_bytes[0] -= nbytes
+    if buf is None:
+        buf = np.empty(nbytes, np.uint8)
+    arr = buf.view(_NP[dtype])
+    weakref.finalize(arr, _release, buf).atexit = False
+    if zero:
+        arr.fill(0)
+    return torch.from_numpy(arr)
+
+
+_ITEMSIZE = {torch.float32: 4, torch.float64: 8, torch.int64: 8, torch.bool: 1}
+
+
 _warned = set()
 
 
@@ -79,7 +132,7 @@ def _signature(spec, dtype):
         conv = {"i": np.int64, "b": np.bool_}
         sig = spec._sig = (dtype, [x.attr for x in spec.inputs],
                            [(p.attr, conv.get(p.kind, _NP[dtype])) for p in spec.params],
-                           [(level, _TORCH_KIND.get(node.kind, dtype), torch.zeros if j in spec.zeroed else torch.empty)
+                           [(level, _TORCH_KIND.get(node.kind, dtype), j in spec.zeroed)
                             for j, (node, level) in enumerate(spec.outputs)],
                            len(spec.reduce_all))
     return sig
@@ -98,7 +151,8 @@ def run_spec(spec, prob, values):
     for name, conv in params:
         v = values[name]
         args.append(conv(v.item() if isinstance(v, torch.Tensor) else v))
-    outs = [alloc(prob.flat_size(level) if level else (), dtype=dt) for level, dt, alloc in outputs]
+    outs = [pooled(prob.flat_size(level), dt, zero) if level else (torch.zeros if zero else torch.empty)((), dtype=dt)
+            for level, dt, zero in outputs]
     args += [o.numpy().reshape(-1) for o in outs]
     args.append(np.empty((nparts, r), dtype=np.float64))
     if par is not None:
@@ -300,7 +354,8 @@ class FusedEngine:
             data = scale_grads(data, gout if scale is None else gout * scale)
             return _place(plan.wrt, data, len(prob.graph.inputs))
         if plan.derivative:
-            return _place(plan.wrt, [torch.mul(gout.view(data.shape), data)], len(prob.graph.inputs))
+            grad = pooled(data.numel(), data.dtype).view(data.shape)
+            return _place(plan.wrt, [torch.mul(gout.view(data.shape), data, out=grad)], len(prob.graph.inputs))
         values = dict(data)
         values["__gout"] = gout.contiguous()
         shapes = values["__shapes"]

@@ -121,4 +121,55 @@ def test_threaded_variants_match_serial(monkeypatch):
         with autogen.record() as rec:  # op by op: the handwritten elementwise kernels
             out = AF.l1_loss(x, y, reduction="sum")
         torch.testing.assert_close(out, TF.l1_loss(x, y, reduction="sum"))
+        assert {c.path for c in rec.calls} == {"handwritten"} and not any(c.fused for c in rec.calls), rec.calls
     assert not executor._serial_only, "the threaded trampoline failed to compile for a kernel"
+
+
+@pytest.mark.parametrize("name,saved", [("sigmoid", True), ("silu", True), ("tanh", True), ("mish", True),
+                                        ("relu", False), ("elu", False), ("hardtanh", False)])
+def test_saved_derivative_where_backward_would_redo_the_forward_math(name, saved):
+    """sigmoid's backward needs the sigmoid again: the forward kernel writes the derivative and backward
+    multiplies. elu's needs an exp its forward (expm1) lacks, relu's nothing costly: recomputed there."""
+    from autogen import activations
+    graph = activations.graph(name)
+    plan = executor.fused_plan(graph, (True,), torch.float32)
+    assert plan.derivative is saved
+    assert (plan.backward is None) is saved
+    x = torch.randn(64, 33, dtype=torch.float64, requires_grad=True)
+    xt = x.detach().clone().requires_grad_()
+    g1, g2 = torch.randn(64, 33, dtype=torch.float64), torch.randn(64, 33, dtype=torch.float64)
+    with autogen.policy("aggressive"), autogen.record() as rec:
+        y = getattr(AF, name)(x)
+        first = torch.autograd.grad(y, [x], g1, retain_graph=True)[0]
+        second = torch.autograd.grad(y, [x], g2)[0]  # the saved derivative is not consumed by the first
+    yt = getattr(TF, name)(xt)
+    torch.testing.assert_close(y, yt)
+    torch.testing.assert_close(first, torch.autograd.grad(yt, [xt], g1, retain_graph=True)[0])
+    torch.testing.assert_close(second, torch.autograd.grad(yt, [xt], g2)[0])
+    assert [(c.op, c.path, c.phase) for c in rec.calls] == [(name, "autogen", "forward")] + [
+        (name, "autogen", "backward")] * 2
+
+
+def test_large_outputs_come_from_a_pool_and_are_never_shared_while_alive():
+    import gc
+    autogen.empty_cache()
+    x = torch.randn(512, 1024, requires_grad=True)  # 2 MB: above the pool's threshold
+    t = torch.randn(512, 1024)
+    with autogen.policy("aggressive"):
+        y = AF.sigmoid(x)
+        y2 = AF.sigmoid(x * 2)
+        assert y.data_ptr() != y2.data_ptr()
+        first = y.data_ptr()
+        del y
+        gc.collect()
+        y3 = AF.sigmoid(x)  # the freed buffer is reused, and overwritten with this call's values
+        assert y3.data_ptr() == first
+        torch.testing.assert_close(y3, torch.sigmoid(x))
+        torch.testing.assert_close(y2, torch.sigmoid(x * 2))
+        loss = AF.mse_loss(x, t, reduction="none", use_autogen=True)  # a zero-filled or fresh gradient
+        (g,) = torch.autograd.grad(loss, [x], torch.ones_like(loss))
+        torch.testing.assert_close(g, 2 * (x - t).detach())
+        torch.testing.assert_close(AF.nll_loss(x.log_softmax(-1), torch.randint(0, 1024, (512,)),
+                                               use_autogen=True).detach().isfinite(), torch.tensor(True))
+    autogen.empty_cache()
+    assert executor._pool == {} and executor._pool_bytes[0] == 0
