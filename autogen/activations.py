@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from .executor import LossGraph, Problem, execute, handwritten_for
-from .ir import ELEM, ROW, SCALAR, apply as A, input as inp, param
+from .ir import COL, ELEM, ROW, SCALAR, apply as A, input as inp, param
 from .policies import tracing as _tracing
 
 ONE_SIXTH_F32 = 0.1666666716337204  # torch's hardsigmoid backward multiplies by 1.0f / 6.0f in every dtype
@@ -147,9 +147,9 @@ NONLINEARITIES = _table(
 def graph(name, variant=None):
     """The LossGraph of a nonlinearity (variant: gelu's approximate, prelu's weight layout)."""
     x = inp("input", ELEM)
-    if name == "prelu":  # rows are channels: the weight is per row (or one scalar)
-        w = inp("weight", ROW if variant == "channels" else SCALAR)
-        return LossGraph(name, "row" if variant == "channels" else "flat", (x, w), _prelu(x, None, w), ELEM)
+    if name == "prelu":  # the weight per row ('channels'), per column ('columns') or one scalar
+        w = inp("weight", {"channels": ROW, "columns": COL}.get(variant, SCALAR))
+        return LossGraph(name, "flat" if variant == "scalar" else "row", (x, w), _prelu(x, None, w), ELEM)
     if name == "glu":
         b = inp("gate", ELEM)
         return LossGraph(name, "flat", (x, b), x * A("sigmoid", b), ELEM)
@@ -187,7 +187,7 @@ def run(name, input, inplace=False, variant=None, **options):
 
 
 def prelu(input, weight):
-    """torch.nn.functional.prelu: one weight, or one per channel (dim 1; dim 0 of a 1-D input)."""
+    """torch.nn.functional.prelu: one weight, or one per channel (dim 1)."""
     if _tracing():
         return torch.nn.functional.prelu(input, weight)
     cdt = _dtype(input, "prelu")
@@ -196,16 +196,30 @@ def prelu(input, weight):
         prob = Problem(graph("prelu", "scalar"), x.numel(), 0, 0, cdt, {})
         w = weight.to(cdt).reshape(1)
         return execute(prob, [x, w], True).view(input.shape).to(input.dtype)
-    ch = 1 if input.dim() >= 2 else 0
-    C = input.size(ch) if input.dim() else 1
+    if input.dim() == 0:
+        raise RuntimeError("Not allow zero-dim input tensor.")
+    ch = 1
+    C = input.size(1) if input.dim() >= 2 else 1  # torch: a 1-D input has one channel
     if weight.dim() != 1 or weight.numel() != C:
         raise RuntimeError(f"Mismatch of parameter numbers and input channel size. Found parameter numbers = "
                            f"{weight.numel()} and channel size = {C}.")
-    rows = input.movedim(ch, 0)
+    w = weight.to(cdt).contiguous()
+    if input.numel():
+        x = input.to(cdt).contiguous()
+        if input.dim() >= 3 and x[0, 0].numel() >= 64:  # (N, C, *spatial): a row per (n, c), its weight
+            S = x[0, 0].numel()                          # repeated N times (N*C values beside N*C*S)
+            prob = Problem(graph("prelu", "channels"), x.numel(), S, x.numel() // S, cdt, {})
+            return execute(prob, [x, w.repeat(input.size(0))], True).view(input.shape).to(input.dtype)
+        if input.dim() == 2 and not (torch.is_grad_enabled() and weight.requires_grad):
+            # (N, C): the weight per column. Its gradient would need a column reduction, so a
+            # weight that wants one takes the transposed layout below.
+            prob = Problem(graph("prelu", "columns"), x.numel(), C, x.numel() // C, cdt, {})
+            return execute(prob, [x, w], True).view(input.shape).to(input.dtype)
+    rows = input.movedim(ch, 0)  # channels as rows: a transposed copy
     shape = rows.shape
     x = rows.to(cdt).contiguous()
     prob = Problem(graph("prelu", "channels"), x.numel(), x.numel() // C if C else 0, C, cdt, {})
-    out = execute(prob, [x, weight.to(cdt).contiguous()], True)
+    out = execute(prob, [x, w], True)
     return out.view(shape).movedim(0, ch).to(input.dtype)
 
 

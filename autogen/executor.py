@@ -106,9 +106,8 @@ def pooled(size, dtype, zero=False):
         buf = np.empty(nbytes, np.uint8)
     arr = buf.view(_NP[dtype])
     weakref.finalize(arr, _release, buf).atexit = False
-    if zero:
-        arr.fill(0)
-    return torch.from_numpy(arr)
+    out = torch.from_numpy(arr)
+    return out.zero_() if zero else out  # torch's fill runs on its threads (numpy's on one)
 
 
 _ITEMSIZE = {torch.float32: 4, torch.float64: 8, torch.int64: 8, torch.bool: 1}

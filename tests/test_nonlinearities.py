@@ -155,6 +155,8 @@ def test_bad_inputs_like_torch():
                 lambda F: F.hardtanh(torch.randn(3), 2.0, 1.0),
                 lambda F: F.softshrink(torch.randn(3), -1.0),
                 lambda F: F.prelu(torch.randn(2, 3), torch.rand(4)),
+                lambda F: F.prelu(torch.randn(16), torch.rand(16)),  # a 1-D input has one channel
+                lambda F: F.prelu(torch.randn(()), torch.rand(16)),
                 lambda F: F.relu(torch.ones(3, dtype=torch.long) * 1.5 if False else torch.ones(3, dtype=torch.int64))]:
         try:
             bad(TF)
@@ -191,3 +193,24 @@ def test_opinfo_samples(name):
             for g, w in zip(got, want):
                 if w is not None:
                     torch.testing.assert_close(g, w, equal_nan=True, msg=lambda m: f"{sample}: {m}")
+
+
+@pytest.mark.parametrize("shape", [(64, 16), (8, 16, 10, 10), (4, 16, 3), (8, 16, 128), (0, 16), (2, 16, 0)])
+@pytest.mark.parametrize("weight_grad", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_prelu_layouts(shape, weight_grad, dtype):
+    """Per-channel prelu: a row per (sample, channel) for spatial inputs (the weight repeated per
+    sample), the weight per column for (N, C) when it needs no gradient, else channels as rows."""
+    x = torch.randn(*shape, dtype=dtype, requires_grad=True)
+    w = (torch.rand(16, dtype=dtype) - 0.3).requires_grad_(weight_grad)
+    wrt = [x, w] if weight_grad else [x]
+    with autogen.policy("aggressive"), autogen.record() as rec:
+        y = AF.prelu(x, w)
+        g = torch.randn_like(y)
+        grads = torch.autograd.grad(y, wrt, g)
+    yt = TF.prelu(x, w)
+    torch.testing.assert_close(y, yt)
+    for a, b in zip(grads, torch.autograd.grad(yt, wrt, g)):
+        torch.testing.assert_close(a, b)
+    if x.numel():
+        assert {c.path for c in rec.calls} == {"autogen"}, rec.calls
