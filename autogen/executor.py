@@ -4,6 +4,7 @@ fused autogen: the whole graph in one generated kernel (the gradient of a scalar
 written in the same pass; backward only scales it). primitive: op by op, each primitive
 through a handwritten, generated or torch kernel as the policy picks. fallback: torch ops.
 """
+import functools
 import threading
 import time
 import warnings
@@ -137,6 +138,11 @@ def _signature(spec, dtype):
     return sig
 
 
+@functools.lru_cache(maxsize=256)
+def _no_parts(r):
+    return np.empty((0, r), dtype=np.float64)  # read-only in effect: a kernel with no partial sums
+
+
 def run_spec(spec, prob, values):
     """Launch `spec`'s kernel; `values` maps input/param names to tensors or numbers."""
     n, c, r = prob.launch_dims()
@@ -153,11 +159,9 @@ def run_spec(spec, prob, values):
     outs = [pooled(prob.flat_size(level), dt, zero) if level else (torch.zeros if zero else torch.empty)((), dtype=dt)
             for level, dt, zero in outputs]
     args += [o.numpy().reshape(-1) for o in outs]
-    args.append(np.empty((nparts, r), dtype=np.float64))
+    args.append(np.empty((nparts, r), dtype=np.float64) if nparts else _no_parts(r))
     if par is not None:
-        threads = min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)
-        if numba.get_num_threads() != threads:
-            numba.set_num_threads(threads)
+        _numba_threads(torch.get_num_threads())
         par(n, c, 0, r, r, True, *args)
     else:
         _timed(fn, n, lambda: fn(n, c, 0, r, r, True, *args))
@@ -170,6 +174,19 @@ _PAR_SECONDS = 3e-4  # use threads only when one thread would take longer than t
 # row chunks (split_run): both on numba's threads, compiled only for such inputs.
 _ran = set()         # kernels called at least once (compiled for the types they take here)
 _rates = {}          # kernel -> fastest seen seconds per element on one thread (measured as we go)
+
+
+_tls = threading.local()
+
+
+def _numba_threads(want):
+    """Give numba's parallel kernels `want` threads (torch's count) on this thread; remembered here,
+    as numba.get_num_threads() costs ~6 us a call."""
+    want = min(want, numba.config.NUMBA_NUM_THREADS)
+    if getattr(_tls, "threads", None) != want:
+        numba.set_num_threads(want)
+        _tls.threads = want
+    return want
 
 
 def _use_threads(kernel, work, count):
@@ -209,9 +226,7 @@ def split_run(fn, count, args, work=None):
     if fn in _serial_only or not _use_threads(fn, work, count):
         _timed(fn, work, lambda: fn(0, count, *args))
         return
-    threads = min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS, count)
-    if numba.get_num_threads() != threads:
-        numba.set_num_threads(threads)
+    threads = _numba_threads(min(torch.get_num_threads(), count))
     try:
         _pfor(fn, count, threads, tuple(args))
     except Exception as exc:  # noqa: BLE001 - a typing failure: run this kernel serially from now on

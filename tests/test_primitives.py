@@ -6,7 +6,7 @@ import torch
 import autogen
 from autogen.executor import LossGraph, Problem, interpret
 from autogen.grad import vjp
-from autogen.ir import COL, ELEM, ROW, SCALAR, apply, input as leaf, toposort
+from autogen.ir import ELEM, ROW, SCALAR, apply, input as leaf, toposort
 from autogen.primitives import PRIMS
 from cases import DTYPES, tolerances
 
