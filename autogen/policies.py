@@ -54,7 +54,8 @@ def get_policy():
     stack = getattr(_local, "stack", None)
     if stack:
         return stack[-1]
-    return next((_policy_layers[k] for k in LAYERS if _policy_layers[k] is not None), "medium")
+    layers = _policy_layers  # LAYERS' order, spelled out: this runs on every loss call
+    return layers["code"] or layers["config"] or layers["env"] or "medium"
 
 
 def policy_source():

@@ -80,3 +80,46 @@ def test_distance_callable_runs_through_torch(path, reduction):
     for g, r in zip(grads, ref_grads):
         torch.testing.assert_close(g, r)
     assert calls and {c.path for c in calls} == {"fallback"}
+
+
+SMALL_PATH = [(c, r) for c in CASES if c.name in AF._ATEN for r in c.reductions]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case,reduction", SMALL_PATH, ids=[f"{c.id}-{r}" for c, r in SMALL_PATH])
+def test_small_inputs_through_torchs_op_match_torch(case, reduction, dtype, monkeypatch):
+    """Below the size threshold the default path calls torch's ATen op directly (or, with legacy,
+    weight or broadcast arguments, torch's function): torch's numbers and gradients, recorded as
+    fallback."""
+    monkeypatch.setattr(AF, "SMALL_ELEMENTS", dict.fromkeys(AF.SMALL_ELEMENTS, 1 << 30))
+    out, ref, grads, ref_grads, calls, _, _ = run_both(case, dtype, reduction, "default")
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r, rtol=0, atol=0, equal_nan=True)
+    assert {(c.path, c.phase) for c in calls} == {("fallback", "forward"), ("fallback", "backward")}
+
+
+_W67, _W7 = torch.rand(6, 7), torch.rand(7)
+
+
+@pytest.mark.parametrize("call", [
+    lambda F, x, t: F.mse_loss(x, t, size_average=False),
+    lambda F, x, t: F.l1_loss(x, t[:1]),                      # broadcast (torch warns)
+    lambda F, x, t: F.mse_loss(x, t, weight=_W67),
+    lambda F, x, t: F.huber_loss(x, t, reduction="batchmean"),  # torch's ValueError
+    lambda F, x, t: F.smooth_l1_loss(x, t, beta=0.0),
+    lambda F, x, t: F.binary_cross_entropy(x.sigmoid(), t.sigmoid(), weight=_W7),
+    lambda F, x, t: F.cross_entropy(x, t.argmax(-1), reduce=False),
+])
+def test_small_inputs_other_arguments_take_torchs_function(call, monkeypatch):
+    monkeypatch.setattr(AF, "SMALL_ELEMENTS", dict.fromkeys(AF.SMALL_ELEMENTS, 1 << 30))
+    x, t = torch.randn(6, 7, requires_grad=True), torch.randn(6, 7)
+    try:
+        ref = call(TF, x, t)
+    except Exception as exc:  # noqa: BLE001
+        with pytest.raises(type(exc)):
+            call(AF, x, t)
+        return
+    out = call(AF, x, t)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    torch.testing.assert_close(torch.autograd.grad(out.sum(), x)[0], torch.autograd.grad(ref.sum(), x)[0])
