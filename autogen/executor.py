@@ -93,11 +93,11 @@ def empty_cache():
         _pool_bytes[0] = 0
 
 
-def pooled(size, dtype, zero=False):
-    """An uninitialized (or zeroed) 1-D tensor of `size` elements, its memory from the pool."""
+def pooled(size, dtype):
+    """An uninitialized 1-D tensor of `size` elements, its memory from the pool."""
     nbytes = size * _ITEMSIZE[dtype]
     if nbytes < _POOL_MIN or dtype not in _NP:
-        return (torch.zeros if zero else torch.empty)(size, dtype=dtype)
+        return torch.empty(size, dtype=dtype)
     with _pool_lock:
         free = _pool.get(nbytes)
         buf = free.pop() if free else None
@@ -107,8 +107,7 @@ def pooled(size, dtype, zero=False):
         buf = np.empty(nbytes, np.uint8)
     arr = buf.view(_NP[dtype])
     weakref.finalize(arr, _release, buf).atexit = False
-    out = torch.from_numpy(arr)
-    return out.zero_() if zero else out  # torch's fill runs on its threads (numpy's on one)
+    return torch.from_numpy(arr)
 
 
 _ITEMSIZE = {torch.float32: 4, torch.float64: 8, torch.int64: 8, torch.bool: 1}
@@ -132,8 +131,7 @@ def _signature(spec, dtype):
         conv = {"i": np.int64, "b": np.bool_}
         sig = spec._sig = (dtype, [x.attr for x in spec.inputs],
                            [(p.attr, conv.get(p.kind, _NP[dtype])) for p in spec.params],
-                           [(level, _TORCH_KIND.get(node.kind, dtype), j in spec.zeroed)
-                            for j, (node, level) in enumerate(spec.outputs)],
+                           [(level, _TORCH_KIND.get(node.kind, dtype)) for node, level in spec.outputs],
                            len(spec.reduce_all))
     return sig
 
@@ -156,8 +154,7 @@ def run_spec(spec, prob, values):
     for name, conv in params:
         v = values[name]
         args.append(conv(v.item() if isinstance(v, torch.Tensor) else v))
-    outs = [pooled(prob.flat_size(level), dt, zero) if level else (torch.zeros if zero else torch.empty)((), dtype=dt)
-            for level, dt, zero in outputs]
+    outs = [pooled(prob.flat_size(level), dt) if level else torch.empty((), dtype=dt) for level, dt in outputs]
     args += [o.numpy().reshape(-1) for o in outs]
     args.append(np.empty((nparts, r), dtype=np.float64) if nparts else _no_parts(r))
     if par is not None:

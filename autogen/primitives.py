@@ -147,8 +147,7 @@ _prim("max_all", 1, "reduce_all", "", lambda x: x.amax(), _reduce_max_grad, **_M
 _prim("gather", 2, "gather", "{0}[{base}{1}]",
       lambda x, i: x.expand(i.shape[0], -1).gather(-1, i),
       lambda g, o, x, i: (A("scatter", g, i, x), None), kind="f", args="fi")
-# scatter(v, idx, like): v at column idx[row], 0 elsewhere, shaped like `like`. As an output it is
-# written sparsely: a zeroed tensor and one store per row.
+# scatter(v, idx, like): v at column idx[row], 0 elsewhere, shaped like `like` (written densely).
 _prim("scatter", 3, "scatter", "({0} if __j == {1} else __zero)",
       lambda v, i, like: torch.where(torch.arange(like.shape[-1]).view(1, -1) == i, v,
                                      torch.zeros((), dtype=v.dtype)),
