@@ -47,8 +47,10 @@ def _resolve(name_or_module):
     if name in F.LOSSES:
         fn = getattr(F, name)
         return (lambda *a, **options: fn(*a, **options, use_autogen=True)), name
-    known = ", ".join(list(F.LOSSES) + agnn.LOSSES)
-    raise ValueError(f"unknown loss {name!r}; known: {known}")
+    if name in F.NONLINEARITIES:  # no use_autogen: the policy alone picks the kernel
+        return getattr(F, name), name
+    known = ", ".join(list(F.LOSSES) + agnn.LOSSES + list(F.NONLINEARITIES))
+    raise ValueError(f"unknown loss or nonlinearity {name!r}; known: {known}")
 
 
 def explain(name_or_module, *example_inputs, **options):

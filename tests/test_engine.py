@@ -173,3 +173,37 @@ def test_large_outputs_come_from_a_pool_and_are_never_shared_while_alive():
                                                use_autogen=True).detach().isfinite(), torch.tensor(True))
     autogen.empty_cache()
     assert executor._pool == {} and executor._pool_bytes[0] == 0
+
+
+def test_pool_under_threads_frees_and_reuses_without_sharing_live_buffers():
+    """Tensors freed on other threads return their buffers; no two live outputs ever share one."""
+    import threading
+    autogen.empty_cache()
+    x = torch.randn(300, 1000)  # 1.2 MB outputs
+    ref = torch.tanh(x)
+    errors, live = [], []
+
+    def work(k):
+        try:
+            for i in range(20):
+                y = AF.tanh(x)
+                torch.testing.assert_close(y, ref)
+                live.append(y)  # handed to the main thread, which frees them
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    with autogen.policy("aggressive"):
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        ptrs = [y.data_ptr() for y in live]
+        assert len(set(ptrs)) == len(ptrs)  # all alive at once: all distinct
+        for y in live:
+            torch.testing.assert_close(y, ref)
+        live.clear()
+        assert sum(len(v) for v in executor._pool.values()) > 0  # returned on this thread's frees
+        assert executor._pool_bytes[0] <= executor._POOL_MAX_BYTES
+    autogen.empty_cache()
