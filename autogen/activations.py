@@ -198,7 +198,6 @@ def prelu(input, weight):
         return execute(prob, [x, w], True).view(input.shape).to(input.dtype)
     if input.dim() == 0:
         raise RuntimeError("Not allow zero-dim input tensor.")
-    ch = 1
     C = input.size(1) if input.dim() >= 2 else 1  # torch: a 1-D input has one channel
     if weight.dim() != 1 or weight.numel() != C:
         raise RuntimeError(f"Mismatch of parameter numbers and input channel size. Found parameter numbers = "
@@ -206,8 +205,8 @@ def prelu(input, weight):
     w = weight.to(cdt).contiguous()
     if input.numel():
         x = input.to(cdt).contiguous()
-        if input.dim() >= 3 and x[0, 0].numel() >= 64:  # (N, C, *spatial): a row per (n, c), its weight
-            S = x[0, 0].numel()                          # repeated N times (N*C values beside N*C*S)
+        S = x[0, 0].numel() if input.dim() >= 3 else 0
+        if S >= 64:  # (N, C, *spatial): a row per (n, c), its weight repeated N times (N*C values beside N*C*S)
             prob = Problem(graph("prelu", "channels"), x.numel(), S, x.numel() // S, cdt, {})
             return execute(prob, [x, w.repeat(input.size(0))], True).view(input.shape).to(input.dtype)
         if input.dim() == 2 and not (torch.is_grad_enabled() and weight.requires_grad):
@@ -215,12 +214,12 @@ def prelu(input, weight):
             # weight that wants one takes the transposed layout below.
             prob = Problem(graph("prelu", "columns"), x.numel(), C, x.numel() // C, cdt, {})
             return execute(prob, [x, w], True).view(input.shape).to(input.dtype)
-    rows = input.movedim(ch, 0)  # channels as rows: a transposed copy
+    rows = input.movedim(1, 0)  # channels as rows: a transposed copy
     shape = rows.shape
     x = rows.to(cdt).contiguous()
     prob = Problem(graph("prelu", "channels"), x.numel(), x.numel() // C if C else 0, C, cdt, {})
     out = execute(prob, [x, w], True)
-    return out.view(shape).movedim(0, ch).to(input.dtype)
+    return out.view(shape).movedim(0, 1).to(input.dtype)
 
 
 def glu(input, dim=-1):

@@ -73,44 +73,41 @@ class Problem:
 _POOL_MIN = 1 << 20                  # bytes: smaller outputs come from torch.empty
 _POOL_PER_SIZE = 4                   # free buffers kept per size
 _POOL_MAX_BYTES = 1 << 30            # and in all
-_pool = {}
-_pool_bytes = [0]
+_pool = {}                           # nbytes -> free buffers of that size
 _pool_lock = threading.Lock()
+
+
+def pool_bytes():
+    """Bytes the pool holds free."""
+    return sum(nbytes * len(free) for nbytes, free in _pool.items())
 
 
 def _release(buf):
     with _pool_lock:
         free = _pool.setdefault(buf.nbytes, [])
-        if len(free) < _POOL_PER_SIZE and _pool_bytes[0] + buf.nbytes <= _POOL_MAX_BYTES:
+        if len(free) < _POOL_PER_SIZE and pool_bytes() + buf.nbytes <= _POOL_MAX_BYTES:
             free.append(buf)
-            _pool_bytes[0] += buf.nbytes
 
 
 def empty_cache():
     """Hand the pool's free buffers back to the allocator (autogen.empty_cache)."""
     with _pool_lock:
         _pool.clear()
-        _pool_bytes[0] = 0
 
 
 def pooled(size, dtype):
     """An uninitialized 1-D tensor of `size` elements, its memory from the pool."""
-    nbytes = size * _ITEMSIZE[dtype]
+    nbytes = size * dtype.itemsize
     if nbytes < _POOL_MIN or dtype not in _NP:
         return torch.empty(size, dtype=dtype)
     with _pool_lock:
         free = _pool.get(nbytes)
         buf = free.pop() if free else None
-        if buf is not None:
-            _pool_bytes[0] -= nbytes
     if buf is None:
         buf = np.empty(nbytes, np.uint8)
     arr = buf.view(_NP[dtype])
     weakref.finalize(arr, _release, buf).atexit = False
     return torch.from_numpy(arr)
-
-
-_ITEMSIZE = {torch.float32: 4, torch.float64: 8, torch.int64: 8, torch.bool: 1}
 
 
 _warned = set()
@@ -261,12 +258,13 @@ def _saved_derivative(graph, wrt):
     (d,) = vjp([graph.loss], [const(1.0)], [graph.inputs[wrt[0]]])
     if d is None or d.level != ELEM:
         return None
-    forward, stack = set(), [graph.loss]  # what the forward kernel computes (a gradfix: its value only)
-    while stack:
+    forward, stack = set(), [graph.loss]  # what the forward kernel computes: as codegen, an identity
+    while stack:                          # op (gradfix, detach, expand) only through its first argument
         n = stack.pop()
         if n.digest not in forward:
             forward.add(n.digest)
-            stack.extend(n.args[:1] if n.op == "gradfix" else n.args)
+            identity = n.op in PRIMS and PRIMS[n.op].group == "identity"
+            stack.extend(n.args[:1] if identity else n.args)
     shared = sum(PRIMS[n.op].cost for n in toposort([d]) if n.op in PRIMS and n.digest in forward)
     return d if shared >= _COSTLY else None
 

@@ -59,28 +59,27 @@ def broadcast_shapes(*shapes):
 _ENUM = {"none": 0, "mean": 1, "sum": 2}
 
 
-def _enum(reduction):
-    return _ENUM.get(reduction) if isinstance(reduction, str) else None
-
-
-def _plain(*tensors):
-    return all(type(t) is torch.Tensor for t in tensors)
+def _direct(reduction, input, target, *unset, same_shape=True):
+    """torch's reduction enum when the ATen op may be called directly: plain tensors (no subclass
+    with __torch_function__), the arguments torch's wrapper rewrites all unset, equal shapes unless
+    the loss takes class indices; else None."""
+    r = _ENUM.get(reduction) if isinstance(reduction, str) else None
+    if r is None or any(u is not None for u in unset) or type(input) is not torch.Tensor \
+            or type(target) is not torch.Tensor or (same_shape and input.shape != target.shape):
+        return None
+    return r
 
 
 def _aten_pointwise(op):
     def call(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
-        r = _enum(reduction)
-        if r is None or size_average is not None or reduce is not None or weight is not None \
-                or not _plain(input, target) or input.shape != target.shape:
-            return None
-        return op(input, target, r)
+        r = _direct(reduction, input, target, size_average, reduce, weight)
+        return None if r is None else op(input, target, r)
     return call
 
 
 def _aten_smooth_l1(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
-    r = _enum(reduction)
-    if r is None or size_average is not None or reduce is not None or not _plain(input, target) \
-            or input.shape != target.shape or not beta >= 0:
+    r = _direct(reduction, input, target, size_average, reduce)
+    if r is None or not beta >= 0:
         return None
     if beta == 0.0:  # as torch: l1
         return torch._C._nn.l1_loss(input, target, r)
@@ -88,34 +87,26 @@ def _aten_smooth_l1(input, target, size_average=None, reduce=None, reduction="me
 
 
 def _aten_huber(input, target, reduction="mean", delta=1.0, weight=None):
-    r = _enum(reduction)
-    if r is None or weight is not None or not _plain(input, target) or input.shape != target.shape:
-        return None
-    return torch._C._nn.huber_loss(input, target, r, delta)
+    r = _direct(reduction, input, target, weight)
+    return None if r is None else torch._C._nn.huber_loss(input, target, r, delta)
 
 
 def _aten_bce(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
-    r = _enum(reduction)
-    if r is None or weight is not None or size_average is not None or reduce is not None \
-            or not _plain(input, target) or input.shape != target.shape:
-        return None
-    return torch._C._nn.binary_cross_entropy(input, target, None, r)
+    r = _direct(reduction, input, target, weight, size_average, reduce)
+    return None if r is None else torch._C._nn.binary_cross_entropy(input, target, None, r)
 
 
 def _aten_bce_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
                      pos_weight=None):
-    r = _enum(reduction)
-    if r is None or size_average is not None or reduce is not None or not _plain(input, target) \
-            or input.shape != target.shape:
-        return None
-    return torch.binary_cross_entropy_with_logits(input, target, weight, pos_weight, r)
+    r = _direct(reduction, input, target, size_average, reduce)
+    return None if r is None else torch.binary_cross_entropy_with_logits(input, target, weight, pos_weight, r)
 
 
 def _aten_class(op, smoothing):
     def call(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
              label_smoothing=0.0):
-        r = _enum(reduction)
-        if r is None or size_average is not None or reduce is not None or not _plain(input, target):
+        r = _direct(reduction, input, target, size_average, reduce, same_shape=False)
+        if r is None:
             return None
         if smoothing:
             return op(input, target, weight, r, ignore_index, label_smoothing)
