@@ -9,19 +9,8 @@ import torch.nn.functional as TF
 import autogen
 from autogen import autogen_loss
 from autogen import functional as AF
+from autogen.bench import RobustLoss  # the benchmark's pseudo-Huber loss, tested here
 from cases import tolerances
-
-
-@autogen_loss
-class RobustLoss(torch.nn.Module):
-    """Pseudo-Huber (Charbonnier) regression loss."""
-    def __init__(self, c=0.5):
-        super().__init__()
-        self.c = c
-
-    def forward(self, pred, target):
-        d = (pred - target) / self.c
-        return (self.c ** 2 * (torch.sqrt(d * d + 1) - 1)).mean()
 
 
 @autogen_loss

@@ -172,7 +172,7 @@ def test_large_outputs_come_from_a_pool_and_are_never_shared_while_alive():
         torch.testing.assert_close(AF.nll_loss(x.log_softmax(-1), torch.randint(0, 1024, (512,)),
                                                use_autogen=True).detach().isfinite(), torch.tensor(True))
     autogen.empty_cache()
-    assert executor._pool == {} and executor._pool_bytes[0] == 0
+    assert executor._pool == {} and executor.pool_bytes() == 0
 
 
 def test_pool_under_threads_frees_and_reuses_without_sharing_live_buffers():
@@ -205,5 +205,5 @@ def test_pool_under_threads_frees_and_reuses_without_sharing_live_buffers():
             torch.testing.assert_close(y, ref)
         live.clear()
         assert sum(len(v) for v in executor._pool.values()) > 0  # returned on this thread's frees
-        assert executor._pool_bytes[0] <= executor._POOL_MAX_BYTES
+        assert executor.pool_bytes() <= executor._POOL_MAX_BYTES
     autogen.empty_cache()
