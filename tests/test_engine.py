@@ -207,3 +207,31 @@ def test_pool_under_threads_frees_and_reuses_without_sharing_live_buffers():
         assert sum(len(v) for v in executor._pool.values()) > 0  # returned on this thread's frees
         assert executor.pool_bytes() <= executor._POOL_MAX_BYTES
     autogen.empty_cache()
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_costly_values_are_stashed_and_pure_scatters_are_zero_filled(reduction):
+    """Cross-entropy's exp is computed once per element, stashed in the gradient row between the
+    sum pass and the gradient pass (forward+grad kernel for 'mean', backward kernel for 'none');
+    NLL's gradient is a zero-filled row plus one store. The numbers are torch's, ignored rows too."""
+    from autogen import codegen
+    x = torch.randn(6, 9, dtype=torch.float64)
+    x[1, 2] = float("nan")  # a NaN row: the stashed exp carries it into the gradient as torch's does
+    t = torch.tensor([0, 8, 3, -100, 4, 4])
+    g = torch.rand(6, dtype=torch.float64) if reduction == "none" else torch.tensor(1.0, dtype=torch.float64)
+    for name in ("cross_entropy", "nll_loss"):
+        ours, ref = x.clone().requires_grad_(), x.clone().requires_grad_()
+        with autogen.policy("aggressive"), autogen.record() as rec:
+            out = getattr(AF, name)(ours, t, reduction=reduction, use_autogen=True)
+            (grad,) = torch.autograd.grad(out, [ours], g)
+        assert {(c.path, c.fused) for c in rec.calls} == {("autogen", True)}
+        expected = getattr(TF, name)(ref, t, reduction=reduction)
+        torch.testing.assert_close(out, expected, equal_nan=True)
+        torch.testing.assert_close(grad, torch.autograd.grad(expected, [ref], g)[0], equal_nan=True)
+        graph = AF.D.cross_entropy(reduction, False, False) if name == "cross_entropy" else AF.D.nll_loss(reduction, False)
+        plan = executor.fused_plan(graph, (True, False), torch.float64)
+        source = codegen.render(plan.backward if reduction == "none" else plan.forward)
+        if name == "cross_entropy":
+            assert source.count("__m.exp(") == 1 and "= __o" in source  # stashed, read back
+        else:
+            assert "if 0 <= " in source and "if __j ==" not in source
