@@ -60,90 +60,134 @@ def broadcast_shapes(*shapes):
 _ENUM = {"none": 0, "mean": 1, "sum": 2}
 
 
-def _direct(reduction, input, target, plain, same_shape=True):
-    """torch's reduction enum when the ATen op may be called directly: `plain` (the arguments torch's
-    wrapper rewrites all unset), plain tensors (no subclass with __torch_function__), equal shapes
-    unless the loss takes class indices; else None. Written for speed: this runs on every small call."""
+def _direct(name, reduction, input, target, plain, same_shape=True):
+    """torch's reduction enum when a call may go to the ATen op itself: small (_small), `plain` (the
+    arguments torch's wrapper rewrites all unset), plain tensors (no subclass with __torch_function__),
+    equal shapes unless the loss takes class indices; else None. One frame, for speed: at 1K elements
+    torch's whole Python wrapper costs ~0.4 us and this runs in its place."""
     if not plain or type(input) is not torch.Tensor or type(target) is not torch.Tensor \
+            or input.numel() >= SMALL_ELEMENTS[name] or _state.tracing or get_policy() == "aggressive" \
             or (same_shape and input.shape != target.shape) or reduction.__class__ is not str:
         return None
     return _ENUM.get(reduction)
 
 
+def _small(name, input):
+    """Whether this call goes to torch's own kernel: below the loss's size, not inside an
+    @autogen_loss trace, policy not 'aggressive'."""
+    return input.numel() < SMALL_ELEMENTS[name] and not _state.tracing and get_policy() != "aggressive"
+
+
+def _torch_ran(name, input, out):
+    """`out` from torch's own kernel on the small path, recorded as the fallback (when recording)."""
+    limit = SMALL_ELEMENTS[name]
+    return _torch_fallback(name, out, f"{input.numel()} elements < {limit}: torch's own kernel is faster at this size")
+
+
+# The eight torch losses: the public function has torch's signature and calls the ATen op itself for a
+# small plain call; anything else goes to `full` (the decorated loss). One Python frame fewer than a
+# generic *args wrapper, which cost 0.3 us of a 2 us small nll_loss call.
 def _aten_pointwise(op):
-    def call(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
-        r = _direct(reduction, input, target, size_average is None and reduce is None and weight is None)
-        return None if r is None else op(input, target, r)
-    return call
+    def make(name, full):
+        def loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None, *,
+                 use_autogen=False):
+            r = _direct(name, reduction, input, target, size_average is None and reduce is None and weight is None)
+            if r is not None:
+                out = op(input, target, r)
+                return _torch_ran(name, input, out) if _state.recorders else out
+            return full(input, target, size_average, reduce, reduction, weight, use_autogen=use_autogen)
+        return loss
+    return make
 
 
-def _aten_smooth_l1(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
-    r = _direct(reduction, input, target, size_average is None and reduce is None)
-    if r is None or not beta >= 0:
-        return None
-    if beta == 0.0:  # as torch: l1
-        return torch._C._nn.l1_loss(input, target, r)
-    return torch._C._nn.smooth_l1_loss(input, target, r, beta)
+def _aten_smooth_l1(name, full):
+    def loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0, *, use_autogen=False):
+        r = _direct(name, reduction, input, target, size_average is None and reduce is None)
+        if r is not None and beta >= 0:
+            out = torch._C._nn.smooth_l1_loss(input, target, r, beta) if beta != 0.0 else \
+                torch._C._nn.l1_loss(input, target, r)  # as torch: l1 at beta 0
+            return _torch_ran(name, input, out) if _state.recorders else out
+        return full(input, target, size_average, reduce, reduction, beta, use_autogen=use_autogen)
+    return loss
 
 
-def _aten_huber(input, target, reduction="mean", delta=1.0, weight=None):
-    r = _direct(reduction, input, target, weight is None)
-    return None if r is None else torch._C._nn.huber_loss(input, target, r, delta)
+def _aten_huber(name, full):
+    def loss(input, target, reduction="mean", delta=1.0, weight=None, *, use_autogen=False):
+        r = _direct(name, reduction, input, target, weight is None)
+        if r is not None:
+            out = torch._C._nn.huber_loss(input, target, r, delta)
+            return _torch_ran(name, input, out) if _state.recorders else out
+        return full(input, target, reduction, delta, weight, use_autogen=use_autogen)
+    return loss
 
 
-def _aten_bce(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
-    r = _direct(reduction, input, target, weight is None and size_average is None and reduce is None)
-    return None if r is None else torch._C._nn.binary_cross_entropy(input, target, None, r)
+def _aten_bce(name, full):
+    def loss(input, target, weight=None, size_average=None, reduce=None, reduction="mean", *, use_autogen=False):
+        r = _direct(name, reduction, input, target, weight is None and size_average is None and reduce is None)
+        if r is not None:
+            out = torch._C._nn.binary_cross_entropy(input, target, None, r)
+            return _torch_ran(name, input, out) if _state.recorders else out
+        return full(input, target, weight, size_average, reduce, reduction, use_autogen=use_autogen)
+    return loss
 
 
-def _aten_bce_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
-                     pos_weight=None):
-    r = _direct(reduction, input, target, size_average is None and reduce is None)
-    return None if r is None else torch.binary_cross_entropy_with_logits(input, target, weight, pos_weight, r)
+def _aten_bce_logits(name, full):
+    def loss(input, target, weight=None, size_average=None, reduce=None, reduction="mean", pos_weight=None, *,
+             use_autogen=False):
+        r = _direct(name, reduction, input, target, size_average is None and reduce is None)
+        if r is not None:
+            out = torch.binary_cross_entropy_with_logits(input, target, weight, pos_weight, r)
+            return _torch_ran(name, input, out) if _state.recorders else out
+        return full(input, target, weight, size_average, reduce, reduction, pos_weight, use_autogen=use_autogen)
+    return loss
 
 
-def _aten_class(op, smoothing):
-    def call(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
-             label_smoothing=0.0):
-        r = _direct(reduction, input, target, size_average is None and reduce is None, False)
-        if r is None:
-            return None
-        if smoothing:
-            return op(input, target, weight, r, ignore_index, label_smoothing)
-        return op(input, target, weight, r, ignore_index)
-    return call
+def _aten_cross_entropy(name, full):
+    def loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+             label_smoothing=0.0, *, use_autogen=False):
+        r = _direct(name, reduction, input, target, size_average is None and reduce is None, False)
+        if r is not None:
+            out = torch._C._nn.cross_entropy_loss(input, target, weight, r, ignore_index, label_smoothing)
+            return _torch_ran(name, input, out) if _state.recorders else out
+        return full(input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing,
+                    use_autogen=use_autogen)
+    return loss
+
+
+def _aten_nll(name, full):
+    def loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean", *,
+             use_autogen=False):
+        r = _direct(name, reduction, input, target, size_average is None and reduce is None, False)
+        if r is not None:
+            out = torch._C._nn.nll_loss_nd(input, target, weight, r, ignore_index)
+            return _torch_ran(name, input, out) if _state.recorders else out
+        return full(input, target, weight, size_average, ignore_index, reduce, reduction, use_autogen=use_autogen)
+    return loss
 
 
 _ATEN = {"mse_loss": _aten_pointwise(torch._C._nn.mse_loss), "l1_loss": _aten_pointwise(torch._C._nn.l1_loss),
          "smooth_l1_loss": _aten_smooth_l1, "huber_loss": _aten_huber, "binary_cross_entropy": _aten_bce,
-         "binary_cross_entropy_with_logits": _aten_bce_logits,
-         "cross_entropy": _aten_class(torch._C._nn.cross_entropy_loss, True),
-         "nll_loss": _aten_class(torch._C._nn.nll_loss_nd, False)}
+         "binary_cross_entropy_with_logits": _aten_bce_logits, "cross_entropy": _aten_cross_entropy,
+         "nll_loss": _aten_nll}
 
 
 def _small_to_torch(fn):
-    """Send inputs below the loss's size threshold to torch's own kernel (recorded as fallback)."""
+    """Send inputs below the loss's size threshold to torch's own loss (recorded as fallback); for the
+    eight torch losses, through a front function that calls the ATen op itself (_ATEN)."""
     name = fn.__name__
     torch_fn = getattr(TF, name)
-    aten = _ATEN.get(name)
 
     @functools.wraps(fn)
     def wrapper(input, target, *args, use_autogen=False, **kwargs):
-        # every line here runs on every call of a small loss, where torch's whole wrapper costs ~0.3 us
-        numel = input.numel()
-        limit = SMALL_ELEMENTS[name]
         if _state.tracing:  # inside an @autogen_loss trace: torch's ops, lowered into the caller's graph
             return torch_fn(input, target, *args, **kwargs)
-        if numel >= limit or get_policy() == "aggressive":
+        if not _small(name, input):
             return fn(input, target, *args, use_autogen=use_autogen, **kwargs)
-        out = aten(input, target, *args, **kwargs) if aten is not None else None
-        if out is None:
-            out = torch_fn(input, target, *args, **kwargs)
-        if _state.recorders:
-            return _torch_fallback(name, out, f"{numel} elements < {limit}: torch's own kernel is faster at this size")
-        return out
+        out = torch_fn(input, target, *args, **kwargs)
+        return _torch_ran(name, input, out) if _state.recorders else out
 
-    return wrapper
+    front = _ATEN.get(name)
+    return wrapper if front is None else functools.wraps(fn)(front(name, wrapper))
 
 
 def _torch_fallback(name, out, reason):
