@@ -159,14 +159,20 @@ def reps_for(n, base):
 
 
 # -- variants ----------------------------------------------------------------------------------
+def _eager(name):
+    """torch's function for a loss, called through one lambda frame as ours are."""
+    fn, opts = getattr(TF, name), OPTIONS.get(name, {})
+    return lambda *a: fn(*a, **opts)
+
+
 def _ours(pol, name, use_autogen):
-    """Our function for a loss as a user calls it: bound once, and under a per-call policy context
-    only when the process policy is another one (the context costs ~2 us, the lookups ~0.4 us: at
-    1K elements that is a tenth of torch's own call)."""
-    fn = functools.partial(getattr(AF, name), use_autogen=use_autogen, **OPTIONS.get(name, {}))
+    """Our function for a loss, called as a user calls it and as the eager variant calls torch's (one
+    lambda frame each); under a per-call policy context only when the process policy is another one
+    (the context costs ~2 us: at 1K elements a tenth of torch's own call)."""
+    fn, opts = getattr(AF, name), OPTIONS.get(name, {})
     if autogen.get_policy() == pol:
-        return fn
-    return lambda *a: _under_policy(pol, lambda: fn(*a))
+        return lambda *a: fn(*a, use_autogen=use_autogen, **opts)
+    return lambda *a: _under_policy(pol, lambda: fn(*a, use_autogen=use_autogen, **opts))
 
 
 def _under_policy(pol, fn):
@@ -199,7 +205,7 @@ def compiled(name, options=None):
 
 
 VARIANTS = {  # losses: name -> callable(*inputs)
-    "eager": lambda name: functools.partial(getattr(TF, name), **OPTIONS.get(name, {})),
+    "eager": lambda name: _eager(name),
     "compile": lambda name: compiled(name),
     "primitive": lambda name: _ours("medium", name, False),
     "fused": lambda name: _ours("aggressive", name, True),

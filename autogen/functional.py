@@ -1,5 +1,6 @@
 """torch.nn.functional's losses with a `use_autogen` keyword: validate like torch, then dispatch."""
 import functools
+import inspect
 import math
 import os
 import warnings
@@ -58,18 +59,40 @@ def broadcast_shapes(*shapes):
 # the small-input path calls the op itself (same kernel, same numbers and gradients), anything else
 # goes through torch's function.
 _ENUM = {"none": 0, "mean": 1, "sum": 2}
+_NO_LEGACY = "size_average is None and reduce is None"
+# loss -> (when a call is plain, whether input and target must have one shape, the ATen call with the
+# reduction enum __r); the front's signature is the loss's own
+_ATEN = {
+    "mse_loss": (f"{_NO_LEGACY} and weight is None", True, "torch._C._nn.mse_loss(input, target, __r)"),
+    "l1_loss": (f"{_NO_LEGACY} and weight is None", True, "torch._C._nn.l1_loss(input, target, __r)"),
+    "smooth_l1_loss": (f"{_NO_LEGACY} and beta >= 0", True,  # as torch: l1 at beta 0
+                       "(torch._C._nn.smooth_l1_loss(input, target, __r, beta) if beta != 0.0 else "
+                       "torch._C._nn.l1_loss(input, target, __r))"),
+    "huber_loss": ("weight is None", True, "torch._C._nn.huber_loss(input, target, __r, delta)"),
+    "binary_cross_entropy": (f"weight is None and {_NO_LEGACY}", True,
+                             "torch._C._nn.binary_cross_entropy(input, target, None, __r)"),
+    "binary_cross_entropy_with_logits": (_NO_LEGACY, True,
+                                         "torch.binary_cross_entropy_with_logits(input, target, weight, pos_weight, __r)"),
+    "cross_entropy": (_NO_LEGACY, False,
+                      "torch._C._nn.cross_entropy_loss(input, target, weight, __r, ignore_index, label_smoothing)"),
+    "nll_loss": (_NO_LEGACY, False, "torch._C._nn.nll_loss_nd(input, target, weight, __r, ignore_index)"),
+}
 
 
-def _direct(name, reduction, input, target, plain, same_shape=True):
-    """torch's reduction enum when a call may go to the ATen op itself: small (_small), `plain` (the
-    arguments torch's wrapper rewrites all unset), plain tensors (no subclass with __torch_function__),
-    equal shapes unless the loss takes class indices; else None. One frame, for speed: at 1K elements
-    torch's whole Python wrapper costs ~0.4 us and this runs in its place."""
-    if not plain or type(input) is not torch.Tensor or type(target) is not torch.Tensor \
-            or input.numel() >= SMALL_ELEMENTS[name] or _state.tracing or get_policy() == "aggressive" \
-            or (same_shape and input.shape != target.shape) or reduction.__class__ is not str:
-        return None
-    return _ENUM.get(reduction)
+def _front(name, fn, full):
+    """The public function of one of the eight torch losses, rendered from templates/front.py.j2: torch's
+    signature; a small plain call goes to the ATen op itself with every check made in this one frame
+    (at 1K elements torch's whole Python wrapper costs ~0.4 us, and a frame of ours ~0.15), anything
+    else to `full`."""
+    from .codegen import _ENV
+    plain, same_shape, call = _ATEN[name]
+    params = list(inspect.signature(fn).parameters.values())[2:-1]  # between (input, target) and use_autogen
+    source = _ENV.get_template("front.py.j2").render(
+        name=name, plain=plain, same_shape=same_shape, call=call,
+        params=[f"{p.name}={p.default!r}" for p in params], names=[p.name for p in params])
+    namespace = {}
+    exec(compile(source, f"<autogen front {name}>", "exec"), globals(), namespace)
+    return namespace["make"](full, _torch_ran, _state, get_policy, _ENUM, torch.Tensor)
 
 
 def _small(name, input):
@@ -82,93 +105,6 @@ def _torch_ran(name, input, out):
     """`out` from torch's own kernel on the small path, recorded as the fallback (when recording)."""
     limit = SMALL_ELEMENTS[name]
     return _torch_fallback(name, out, f"{input.numel()} elements < {limit}: torch's own kernel is faster at this size")
-
-
-# The eight torch losses: the public function has torch's signature and calls the ATen op itself for a
-# small plain call; anything else goes to `full` (the decorated loss). One Python frame fewer than a
-# generic *args wrapper, which cost 0.3 us of a 2 us small nll_loss call.
-def _aten_pointwise(op):
-    def make(name, full):
-        def loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None, *,
-                 use_autogen=False):
-            r = _direct(name, reduction, input, target, size_average is None and reduce is None and weight is None)
-            if r is not None:
-                out = op(input, target, r)
-                return _torch_ran(name, input, out) if _state.recorders else out
-            return full(input, target, size_average, reduce, reduction, weight, use_autogen=use_autogen)
-        return loss
-    return make
-
-
-def _aten_smooth_l1(name, full):
-    def loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0, *, use_autogen=False):
-        r = _direct(name, reduction, input, target, size_average is None and reduce is None)
-        if r is not None and beta >= 0:
-            out = torch._C._nn.smooth_l1_loss(input, target, r, beta) if beta != 0.0 else \
-                torch._C._nn.l1_loss(input, target, r)  # as torch: l1 at beta 0
-            return _torch_ran(name, input, out) if _state.recorders else out
-        return full(input, target, size_average, reduce, reduction, beta, use_autogen=use_autogen)
-    return loss
-
-
-def _aten_huber(name, full):
-    def loss(input, target, reduction="mean", delta=1.0, weight=None, *, use_autogen=False):
-        r = _direct(name, reduction, input, target, weight is None)
-        if r is not None:
-            out = torch._C._nn.huber_loss(input, target, r, delta)
-            return _torch_ran(name, input, out) if _state.recorders else out
-        return full(input, target, reduction, delta, weight, use_autogen=use_autogen)
-    return loss
-
-
-def _aten_bce(name, full):
-    def loss(input, target, weight=None, size_average=None, reduce=None, reduction="mean", *, use_autogen=False):
-        r = _direct(name, reduction, input, target, weight is None and size_average is None and reduce is None)
-        if r is not None:
-            out = torch._C._nn.binary_cross_entropy(input, target, None, r)
-            return _torch_ran(name, input, out) if _state.recorders else out
-        return full(input, target, weight, size_average, reduce, reduction, use_autogen=use_autogen)
-    return loss
-
-
-def _aten_bce_logits(name, full):
-    def loss(input, target, weight=None, size_average=None, reduce=None, reduction="mean", pos_weight=None, *,
-             use_autogen=False):
-        r = _direct(name, reduction, input, target, size_average is None and reduce is None)
-        if r is not None:
-            out = torch.binary_cross_entropy_with_logits(input, target, weight, pos_weight, r)
-            return _torch_ran(name, input, out) if _state.recorders else out
-        return full(input, target, weight, size_average, reduce, reduction, pos_weight, use_autogen=use_autogen)
-    return loss
-
-
-def _aten_cross_entropy(name, full):
-    def loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
-             label_smoothing=0.0, *, use_autogen=False):
-        r = _direct(name, reduction, input, target, size_average is None and reduce is None, False)
-        if r is not None:
-            out = torch._C._nn.cross_entropy_loss(input, target, weight, r, ignore_index, label_smoothing)
-            return _torch_ran(name, input, out) if _state.recorders else out
-        return full(input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing,
-                    use_autogen=use_autogen)
-    return loss
-
-
-def _aten_nll(name, full):
-    def loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean", *,
-             use_autogen=False):
-        r = _direct(name, reduction, input, target, size_average is None and reduce is None, False)
-        if r is not None:
-            out = torch._C._nn.nll_loss_nd(input, target, weight, r, ignore_index)
-            return _torch_ran(name, input, out) if _state.recorders else out
-        return full(input, target, weight, size_average, ignore_index, reduce, reduction, use_autogen=use_autogen)
-    return loss
-
-
-_ATEN = {"mse_loss": _aten_pointwise(torch._C._nn.mse_loss), "l1_loss": _aten_pointwise(torch._C._nn.l1_loss),
-         "smooth_l1_loss": _aten_smooth_l1, "huber_loss": _aten_huber, "binary_cross_entropy": _aten_bce,
-         "binary_cross_entropy_with_logits": _aten_bce_logits, "cross_entropy": _aten_cross_entropy,
-         "nll_loss": _aten_nll}
 
 
 def _small_to_torch(fn):
@@ -186,8 +122,7 @@ def _small_to_torch(fn):
         out = torch_fn(input, target, *args, **kwargs)
         return _torch_ran(name, input, out) if _state.recorders else out
 
-    front = _ATEN.get(name)
-    return wrapper if front is None else functools.wraps(fn)(front(name, wrapper))
+    return functools.wraps(fn)(_front(name, fn, wrapper)) if name in _ATEN else wrapper
 
 
 def _torch_fallback(name, out, reason):
