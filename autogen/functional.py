@@ -166,7 +166,7 @@ def _scale(count):
 
 def _finish(out, reduction, shape, dtype):
     out = out if reduction != "none" else out.view(shape)
-    return out.to(dtype)
+    return out if out.dtype == dtype else out.to(dtype)
 
 
 def _no_grad_weights(op, **tensors):
@@ -369,7 +369,7 @@ def _check_targets(target, C, ignore_index):
         i = _first_bad_target(t.view(-1).numpy(), C, ignore_index)
         if i >= 0:
             raise IndexError(f"Target {int(t.view(-1)[i])} is out of bounds.")
-    return target.long().contiguous()
+    return t  # integer: never differentiated, so the detached tensor serves
 
 
 def _class_loss(op, input, target, weight, ignore_index, reduction, label_smoothing, use_autogen):
