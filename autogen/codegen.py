@@ -30,8 +30,8 @@ _BLOCK = 1 << 14
 _MATHLIB = hashlib.sha1(resources.files("autogen").joinpath("mathlib.py").read_bytes()).hexdigest()[:12]  # elements per block for losses without rows
 
 
-_CODEGEN_REV = "3"
-_STASH_COST = 20  # a value this costly per element (one polynomial function) is stashed, not recomputed  # part of every kernel's key: bump when the same graph renders differently
+_CODEGEN_REV = "3"  # part of every kernel's key: bump when the same graph renders differently
+_STASH_COST = 20  # a value this costly per element (one polynomial function) is stashed, not recomputed
 
 
 def late_set(nodes):
