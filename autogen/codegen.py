@@ -25,9 +25,9 @@ _ENV = jinja2.Environment(loader=jinja2.FunctionLoader(
     lambda name: resources.files("autogen.templates").joinpath(name).read_text()),
     undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
 
-_BLOCK = 1 << 14
+_BLOCK = 1 << 14  # elements per block for losses without rows
 # numba's cache does not see changes to inlined helpers: the math library's hash goes into every kernel
-_MATHLIB = hashlib.sha1(resources.files("autogen").joinpath("mathlib.py").read_bytes()).hexdigest()[:12]  # elements per block for losses without rows
+_MATHLIB = hashlib.sha1(resources.files("autogen").joinpath("mathlib.py").read_bytes()).hexdigest()[:12]
 
 
 _CODEGEN_REV = "3"  # part of every kernel's key: bump when the same graph renders differently
