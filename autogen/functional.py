@@ -96,8 +96,11 @@ def _front(name, fn, full):
 
 
 def _small(name, input):
-    """Whether this call goes to torch's own kernel: below the loss's size, not inside an
-    @autogen_loss trace, policy not 'aggressive'."""
+    """Whether this call goes to torch's own function: below the loss's size, not inside an
+    @autogen_loss trace, policy not 'aggressive'; or an input that is no tensor, so that torch
+    raises its own error for it (nll_loss's TypeError, mse_loss's AttributeError)."""
+    if not isinstance(input, torch.Tensor):
+        return True
     return input.numel() < SMALL_ELEMENTS[name] and not _state.tracing and get_policy() != "aggressive"
 
 

@@ -96,6 +96,10 @@ BAD = {
     "cos-0d-target-2d-inputs": lambda F: F.cosine_embedding_loss(x, y, torch.tensor(1.0)),
     "cos-rows": lambda F: F.cosine_embedding_loss(x, y, torch.ones(2)),
     "cos-features": lambda F: F.cosine_embedding_loss(x, torch.randn(3, 5), torch.ones(3)),
+    "nll-list-input": lambda F: F.nll_loss([[0.0, 1.0]], torch.tensor([0])),        # torch: TypeError
+    "ce-list-input": lambda F: F.cross_entropy([[0.0, 1.0]], torch.tensor([0])),
+    "mse-list-input": lambda F: F.mse_loss([1.0, 2.0], y[0, :2]),                   # torch: AttributeError
+    "gauss-list-input": lambda F: F.gaussian_nll_loss([1.0], torch.ones(1), torch.ones(1)),
 }
 
 
