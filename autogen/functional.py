@@ -95,11 +95,11 @@ def _front(name, fn, full):
     return namespace["make"](full, _torch_ran, _state, get_policy, _ENUM, torch.Tensor)
 
 
-def _small(name, input):
+def _small(name, input, target):
     """Whether this call goes to torch's own function: below the loss's size, not inside an
-    @autogen_loss trace, policy not 'aggressive'; or an input that is no tensor, so that torch
-    raises its own error for it (nll_loss's TypeError, mse_loss's AttributeError)."""
-    if not isinstance(input, torch.Tensor):
+    @autogen_loss trace, policy not 'aggressive'; or an input or target that is no tensor, so that
+    torch raises its own error for it (nll_loss's TypeError, mse_loss's AttributeError)."""
+    if not isinstance(input, torch.Tensor) or not isinstance(target, torch.Tensor):
         return True
     return input.numel() < SMALL_ELEMENTS[name] and not _state.tracing and get_policy() != "aggressive"
 
@@ -120,7 +120,7 @@ def _small_to_torch(fn):
     def wrapper(input, target, *args, use_autogen=False, **kwargs):
         if _state.tracing:  # inside an @autogen_loss trace: torch's ops, lowered into the caller's graph
             return torch_fn(input, target, *args, **kwargs)
-        if not _small(name, input):
+        if not _small(name, input, target):
             return fn(input, target, *args, use_autogen=use_autogen, **kwargs)
         out = torch_fn(input, target, *args, **kwargs)
         return _torch_ran(name, input, out) if _state.recorders else out

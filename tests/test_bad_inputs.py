@@ -100,6 +100,8 @@ BAD = {
     "ce-list-input": lambda F: F.cross_entropy([[0.0, 1.0]], torch.tensor([0])),
     "mse-list-input": lambda F: F.mse_loss([1.0, 2.0], y[0, :2]),                   # torch: AttributeError
     "gauss-list-input": lambda F: F.gaussian_nll_loss([1.0], torch.ones(1), torch.ones(1)),
+    "nll-list-target-large": lambda F: F.nll_loss(torch.randn(1 << 13, 512), [0] * (1 << 13)),
+    "kl-list-target": lambda F: F.kl_div(x, [[0.5] * 4] * 3),
 }
 
 
