@@ -110,6 +110,11 @@ def pooled(size, dtype):
     return torch.from_numpy(arr)
 
 
+def pooled_like(t):
+    """An uninitialized contiguous tensor shaped and typed like `t`, its memory from the pool when large."""
+    return pooled(t.numel(), t.dtype).view(t.shape)
+
+
 _warned = set()
 
 

@@ -14,7 +14,7 @@ from numba import njit
 
 from autogen import mathlib
 from autogen.codegen import _MATHLIB
-from autogen.executor import split_run
+from autogen.executor import pooled_like, split_run
 from autogen.ir import ELEM
 from autogen.primitives import PRIMS
 
@@ -71,7 +71,7 @@ def _map(name, kernel):
     def run(*args):
         if not _plain(args):
             return ref(*args)
-        out = torch.empty_like(args[0])
+        out = pooled_like(args[0])
         split_run(kernel, out.numel(), [_flat(a) for a in args] + [_flat(out)])
         return out
     run.__name__ = f"hand_{name}"

@@ -18,7 +18,7 @@ from numba import njit
 from autogen import decompositions as D
 from autogen import mathlib
 from autogen.codegen import _MATHLIB
-from autogen.executor import scale_grads, split_run
+from autogen.executor import pooled_like, scale_grads, split_run
 from autogen.ir import SCALAR
 from autogen.policies import note
 
@@ -118,7 +118,7 @@ class _Engine:
 
 
 def _empty(like, need):
-    return torch.empty(like.shape, dtype=like.dtype) if need else None
+    return pooled_like(like) if need else None  # the pool: a fresh 16 MB output page-faults
 
 
 def _arr(t, dtype=None):

@@ -25,7 +25,7 @@ from numba import njit
 
 from autogen import mathlib
 from autogen.codegen import _MATHLIB
-from autogen.executor import split_run
+from autogen.executor import pooled_like, split_run
 from autogen.policies import note
 
 _JIT = dict(nogil=True, fastmath=mathlib.KERNEL_FASTMATH, error_model="numpy", cache=True)
@@ -177,7 +177,7 @@ class _Engine:
 
     def forward(self, tensors, needs):
         x = tensors[0].contiguous()
-        out = torch.empty(x.shape, dtype=x.dtype)
+        out = pooled_like(x)
         _run(self.kernels()[0], x, out)
         note(self.prob.graph.name, self.path, True, "forward", self.reason)
         return out, (x if needs[0] else None)
@@ -188,7 +188,7 @@ class _Engine:
         if x is None:
             return [None]
         gout = gout.to(x.dtype).reshape(x.shape).contiguous()
-        grad = torch.empty(x.shape, dtype=x.dtype)
+        grad = pooled_like(x)
         _run(self.kernels()[1], x, gout, grad)
         return [grad]
 

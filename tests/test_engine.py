@@ -175,6 +175,28 @@ def test_large_outputs_come_from_a_pool_and_are_never_shared_while_alive():
     assert executor._pool == {} and executor.pool_bytes() == 0
 
 
+@pytest.mark.parametrize("call", [
+    lambda x, t: torch.autograd.grad(AF.mse_loss(x, t, use_autogen=True), [x])[0],         # handwritten loss
+    lambda x, t: AF.relu(x),                                                                # handwritten nonlinearity
+    lambda x, t: torch.autograd.grad(AF.relu(x), [x], t)[0],
+    lambda x, t: torch.autograd.grad(AF.cross_entropy(x, t.argmax(-1), use_autogen=True), [x])[0],
+])
+def test_handwritten_kernels_take_large_outputs_from_the_pool(call):
+    """The default path's handwritten kernels too: a fresh 2 MB output would page-fault."""
+    import gc
+    autogen.empty_cache()
+    x, t = torch.randn(512, 1024, requires_grad=True), torch.randn(512, 1024)
+    with autogen.policy("medium"), autogen.record() as rec:
+        out = call(x, t)
+        del out
+        gc.collect()
+        free = {buf.ctypes.data for bufs in executor._pool.values() for buf in bufs}
+        assert free  # returned to the pool when freed
+        again = call(x, t)
+    assert again.data_ptr() in free and "handwritten" in {c.path for c in rec.calls}
+    autogen.empty_cache()
+
+
 def test_pool_under_threads_frees_and_reuses_without_sharing_live_buffers():
     """Tensors freed on other threads return their buffers; no two live outputs ever share one."""
     import threading
