@@ -2,6 +2,7 @@
 import functools
 import inspect
 import math
+import operator
 import os
 import warnings
 
@@ -354,6 +355,17 @@ def _class_rows(op, input, target, weight, probs):
     return rows, C, out_shape
 
 
+def _int_arg(op, name, position, value):
+    """`value` as an int, as torch's argument parser takes one: a bool or a float is a TypeError, an int
+    beyond int64 a ValueError (numba would fail to type it)."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"{op}(): argument '{name}' (position {position}) must be int, not {type(value).__name__}")
+    value = operator.index(value)
+    if not -(1 << 63) <= value < (1 << 63):
+        raise ValueError("Overflow when unpacking long long")
+    return value
+
+
 @numba.njit(nogil=True, cache=True)
 def _first_bad_target(t, C, ignore_index):
     """Index of the first target outside [0, C) that is not ignore_index, or -1 (one pass, ~1 us per
@@ -384,6 +396,8 @@ def _class_loss(op, input, target, weight, ignore_index, reduction, label_smooth
     if input.dim() == 0 and op == "cross_entropy" and not probs:
         raise RuntimeError(f"Expected floating point type for target with class probabilities, got "
                            f"{_tname(target.dtype)}")
+    ignore_index = _int_arg("cross_entropy_loss" if op == "cross_entropy" else "nll_loss_nd", "ignore_index", 5,
+                            ignore_index)
     rows, C, out_shape = _class_rows(op, input, target, weight, probs)
     _no_grad_weights("nll_loss_forward" if not probs else op, weight=weight)
     dtype = torch.result_type(input, target) if probs else input.dtype
@@ -403,7 +417,7 @@ def _class_loss(op, input, target, weight, ignore_index, reduction, label_smooth
             raise IndexError(f"Target {int(target.reshape(-1)[0])} is out of bounds.")
         R = target.numel()
         tensors = [x, _check_targets(target, C, ignore_index)] + w
-        params["ignore_index"] = int(ignore_index)
+        params["ignore_index"] = ignore_index
         if op == "nll_loss":
             graph = D.nll_loss(reduction, weight is not None)
         else:

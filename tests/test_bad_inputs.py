@@ -102,6 +102,10 @@ BAD = {
     "gauss-list-input": lambda F: F.gaussian_nll_loss([1.0], torch.ones(1), torch.ones(1)),
     "nll-list-target-large": lambda F: F.nll_loss(torch.randn(1 << 13, 512), [0] * (1 << 13)),
     "kl-list-target": lambda F: F.kl_div(x, [[0.5] * 4] * 3),
+    "ce-ignore-index-float": lambda F: F.cross_entropy(x, tgt, ignore_index=-100.0),
+    "ce-ignore-index-bool": lambda F: F.cross_entropy(x, tgt, ignore_index=True),
+    "nll-ignore-index-float": lambda F: F.nll_loss(x, tgt, ignore_index=1.0),
+    "nll-ignore-index-overflow": lambda F: F.nll_loss(x, tgt, ignore_index=1 << 70),
 }
 
 
@@ -130,7 +134,8 @@ def test_rejects_like_torch(name, use_autogen):
 
 
 def test_messages_match_torch_for_index_errors():
-    for name in ["ce-target-high", "ce-target-negative", "nll-target-high", "ce-batch", "ce-weight-size",
+    for name in ["ce-target-high", "ce-target-negative", "nll-target-high", "ce-ignore-index-float",
+                 "nll-ignore-index-overflow", "ce-batch", "ce-weight-size",
                  "mm-target-high", "mm-target-negative", "mm-target-size", "mm-weight-size", "mm-p3",
                  "gauss-var-size", "ranking-dims", "cos-2d-target", "cos-1d-target-1d-inputs", "triplet-margin",
                  "tmwd-dims"]:
