@@ -12,8 +12,9 @@ import torch.nn.functional as TF
 from torch.nn import _reduction as _Reduction
 
 from . import decompositions as D
+from .codegen import _ENV
 from .executor import Problem, execute, handwritten_for
-from .policies import _local as _state, get_policy, note, recording, tracing
+from .policies import _local as _state, get_policy, note, recording
 
 LOSSES = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
           "binary_cross_entropy_with_logits", "cross_entropy", "nll_loss", "gaussian_nll_loss",
@@ -85,7 +86,6 @@ def _front(name, fn, full):
     signature; a small plain call goes to the ATen op itself with every check made in this one frame
     (at 1K elements torch's whole Python wrapper costs ~0.4 us, and a frame of ours ~0.15), anything
     else to `full`."""
-    from .codegen import _ENV
     plain, same_shape, call = _ATEN[name]
     params = list(inspect.signature(fn).parameters.values())[2:-1]  # between (input, target) and use_autogen
     source = _ENV.get_template("front.py.j2").render(
@@ -99,7 +99,8 @@ def _front(name, fn, full):
 def _small(name, input, target):
     """Whether this call goes to torch's own function: below the loss's size, not inside an
     @autogen_loss trace, policy not 'aggressive'; or an input or target that is no tensor, so that
-    torch raises its own error for it (nll_loss's TypeError, mse_loss's AttributeError)."""
+    torch raises its own error for it (nll_loss's TypeError, mse_loss's AttributeError). The fronts
+    of templates/front.py.j2 inline the same gate (a call costs a frame there): change both."""
     if not isinstance(input, torch.Tensor) or not isinstance(target, torch.Tensor):
         return True
     return input.numel() < SMALL_ELEMENTS[name] and not _state.tracing and get_policy() != "aggressive"
