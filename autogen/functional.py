@@ -14,7 +14,7 @@ from torch.nn import _reduction as _Reduction
 from . import decompositions as D
 from .codegen import _ENV
 from .executor import Problem, execute, handwritten_for
-from .policies import _local as _state, get_policy, note, recording
+from .policies import _local as _state, calm, get_policy, note, recording
 
 LOSSES = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
           "binary_cross_entropy_with_logits", "cross_entropy", "nll_loss", "gaussian_nll_loss",
@@ -60,24 +60,24 @@ def broadcast_shapes(*shapes):
 # ~2 us) on top of the ATen op; for plain tensors of equal shapes with no legacy or weight argument
 # the small-input path calls the op itself (same kernel, same numbers and gradients), anything else
 # goes through torch's function.
-_ENUM = {"none": 0, "mean": 1, "sum": 2}
 _NO_LEGACY = "size_average is None and reduce is None"
+_nn = torch._C._nn
 # loss -> (when a call is plain, whether input and target must have one shape, the ATen call with the
-# reduction enum __r); the front's signature is the loss's own
+# reduction enum __r, the ATen ops it names __op and __op2); the front's signature is the loss's own
 _ATEN = {
-    "mse_loss": (f"{_NO_LEGACY} and weight is None", True, "torch._C._nn.mse_loss(input, target, __r)"),
-    "l1_loss": (f"{_NO_LEGACY} and weight is None", True, "torch._C._nn.l1_loss(input, target, __r)"),
+    "mse_loss": (f"{_NO_LEGACY} and weight is None", True, "__op(input, target, __r)", _nn.mse_loss),
+    "l1_loss": (f"{_NO_LEGACY} and weight is None", True, "__op(input, target, __r)", _nn.l1_loss),
     "smooth_l1_loss": (f"{_NO_LEGACY} and beta >= 0", True,  # as torch: l1 at beta 0
-                       "(torch._C._nn.smooth_l1_loss(input, target, __r, beta) if beta != 0.0 else "
-                       "torch._C._nn.l1_loss(input, target, __r))"),
-    "huber_loss": ("weight is None", True, "torch._C._nn.huber_loss(input, target, __r, delta)"),
-    "binary_cross_entropy": (f"weight is None and {_NO_LEGACY}", True,
-                             "torch._C._nn.binary_cross_entropy(input, target, None, __r)"),
-    "binary_cross_entropy_with_logits": (_NO_LEGACY, True,
-                                         "torch.binary_cross_entropy_with_logits(input, target, weight, pos_weight, __r)"),
-    "cross_entropy": (_NO_LEGACY, False,
-                      "torch._C._nn.cross_entropy_loss(input, target, weight, __r, ignore_index, label_smoothing)"),
-    "nll_loss": (_NO_LEGACY, False, "torch._C._nn.nll_loss_nd(input, target, weight, __r, ignore_index)"),
+                       "(__op(input, target, __r, beta) if beta != 0.0 else __op2(input, target, __r))",
+                       _nn.smooth_l1_loss, _nn.l1_loss),
+    "huber_loss": ("weight is None", True, "__op(input, target, __r, delta)", _nn.huber_loss),
+    "binary_cross_entropy": (f"weight is None and {_NO_LEGACY}", True, "__op(input, target, None, __r)",
+                             _nn.binary_cross_entropy),
+    "binary_cross_entropy_with_logits": (_NO_LEGACY, True, "__op(input, target, weight, pos_weight, __r)",
+                                         torch.binary_cross_entropy_with_logits),
+    "cross_entropy": (_NO_LEGACY, False, "__op(input, target, weight, __r, ignore_index, label_smoothing)",
+                      _nn.cross_entropy_loss),
+    "nll_loss": (_NO_LEGACY, False, "__op(input, target, weight, __r, ignore_index)", _nn.nll_loss_nd),
 }
 
 
@@ -86,14 +86,14 @@ def _front(name, fn, full):
     signature; a small plain call goes to the ATen op itself with every check made in this one frame
     (at 1K elements torch's whole Python wrapper costs ~0.4 us, and a frame of ours ~0.15), anything
     else to `full`."""
-    plain, same_shape, call = _ATEN[name]
+    plain, same_shape, call, *ops = _ATEN[name]
     params = list(inspect.signature(fn).parameters.values())[2:-1]  # between (input, target) and use_autogen
     source = _ENV.get_template("front.py.j2").render(
         name=name, plain=plain, same_shape=same_shape, call=call,
         params=[f"{p.name}={p.default!r}" for p in params], names=[p.name for p in params])
     namespace = {}
     exec(compile(source, f"<autogen front {name}>", "exec"), globals(), namespace)
-    return namespace["make"](full, _torch_ran, _state, get_policy, _ENUM, torch.Tensor)
+    return namespace["make"](full, _torch_ran, _state, get_policy, torch.Tensor, calm, *ops)
 
 
 def _small(name, input, target):
@@ -103,7 +103,7 @@ def _small(name, input, target):
     of templates/front.py.j2 inline the same gate (a call costs a frame there): change both."""
     if not isinstance(input, torch.Tensor) or not isinstance(target, torch.Tensor):
         return True
-    return input.numel() < SMALL_ELEMENTS[name] and not _state.tracing and get_policy() != "aggressive"
+    return input.numel() < SMALL_ELEMENTS[name] and (calm[0] or not _state.tracing and get_policy() != "aggressive")
 
 
 def _torch_ran(name, input, out):

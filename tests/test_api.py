@@ -146,6 +146,120 @@ def test_explain_a_nonlinearity(pol, path):
     assert "negative_slope" in leaky.graph and {c.path for c in leaky.calls} == {"autogen"}
 
 
+class _TorchCalls(torch.overrides.TorchFunctionMode):
+    """The names of the torch functions called inside the block."""
+
+    def __enter__(self):
+        self.names = []
+        return super().__enter__()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.names.append(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
+
+
+def _hold_open(block):
+    """Open `block` in another thread and keep it open until the returned release() is called;
+    release() returns what the block yielded."""
+    opened, release, held = threading.Event(), threading.Event(), []
+
+    def run():
+        with block() as value:
+            held.append(value)
+            opened.set()
+            release.wait(10)
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert opened.wait(10)
+
+    def done():
+        release.set()
+        thread.join()
+        return held[0]
+    return done
+
+
+@pytest.mark.parametrize("block", [lambda: autogen.policy("disabled"), autogen.record,
+                                   autogen.policies.tracing_scope], ids=["policy", "record", "trace"])
+def test_calm_is_false_while_a_block_is_open_in_any_thread(block):
+    """The small-input fronts skip the thread's state only while no thread has a policy, record or
+    trace block open: the flag they read follows every block, here and in other threads."""
+    calm = autogen.policies.calm
+    assert calm[0]
+    with block():
+        assert not calm[0]
+        with block():
+            assert not calm[0]
+        assert not calm[0]
+    assert calm[0]
+    release = _hold_open(block)
+    try:
+        assert not calm[0]
+        assert autogen.get_policy() == "medium" and not autogen.policies.recording() and not autogen.policies.tracing()
+    finally:
+        release()
+    assert calm[0]
+    with pytest.raises(ValueError):  # a block that fails to open leaves the flag as it was
+        with autogen.policy("nope"):
+            pass
+    assert calm[0]
+
+
+def test_calm_is_false_under_a_process_wide_aggressive_policy():
+    calm, layers = autogen.policies.calm, autogen.policies._policy_layers
+    saved = dict(layers)
+    try:
+        autogen.set_policy("aggressive")
+        assert not calm[0]
+        autogen.set_policy("disabled")
+        assert calm[0]
+        autogen.set_policy(None)
+        layers["config"] = "aggressive"  # what load_config writes
+        assert not calm[0]
+        layers.update(config=None, env="aggressive")
+        assert not calm[0]
+        layers.clear()
+        assert calm[0] and autogen.get_policy() == "medium"
+    finally:
+        layers.clear()
+        layers.update(saved)
+    assert calm[0]
+
+
+def test_small_front_calls_torchs_op_alone_and_follows_the_policy(monkeypatch):
+    """Below the size threshold, with no block open, the front calls the ATen op and nothing else
+    (torch's numbers exactly); a process-wide aggressive policy sends it to the fused kernel instead;
+    another thread's open record() neither changes that nor receives this thread's calls."""
+    from autogen import functional
+    monkeypatch.setattr(functional, "SMALL_ELEMENTS", dict.fromkeys(functional.SMALL_ELEMENTS, 1 << 30))
+    x, t = torch.randn(6, 5).log_softmax(-1).requires_grad_(), torch.tensor([0, 4, 1, 2, 3, 0])
+    ref = TF.nll_loss(x, t, reduction="sum")
+    (ref_g,) = torch.autograd.grad(ref, x)
+    with _TorchCalls() as mode:
+        out = AF.nll_loss(x, t, reduction="sum", use_autogen=True)
+    assert mode.names == ["numel", "nll_loss_nd"]  # the size check, the op
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    torch.testing.assert_close(torch.autograd.grad(out, x)[0], ref_g, rtol=0, atol=0)
+    release = _hold_open(autogen.record)  # a record() block in another thread
+    try:
+        with _TorchCalls() as mode:
+            out = AF.nll_loss(x, t, reduction="sum", use_autogen=True)
+        assert mode.names == ["numel", "nll_loss_nd"]
+        torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    finally:
+        other = release()
+    assert other.calls == []
+    try:
+        autogen.set_policy("aggressive")
+        with _TorchCalls() as mode:
+            out = AF.nll_loss(x, t, reduction="sum", use_autogen=True)
+        assert "nll_loss_nd" not in mode.names
+        torch.testing.assert_close(out, ref)
+        torch.testing.assert_close(torch.autograd.grad(out, x)[0], ref_g)
+    finally:
+        autogen.set_policy(None)
+
+
 def test_small_inputs_run_torch_below_the_threshold(monkeypatch):
     from autogen import functional
     monkeypatch.setattr(functional, "SMALL_ELEMENTS", dict.fromkeys(functional.SMALL_ELEMENTS, 100))
