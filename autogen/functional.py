@@ -120,6 +120,9 @@ def _small_to_torch(fn):
 
     @functools.wraps(fn)
     def wrapper(input, target, *args, use_autogen=False, **kwargs):
+        if calm[0] and type(input) is torch.Tensor and type(target) is torch.Tensor \
+                and input.numel() < SMALL_ELEMENTS[name]:  # _small's answer when no block is open
+            return torch_fn(input, target, *args, **kwargs)
         if _state.tracing:  # inside an @autogen_loss trace: torch's ops, lowered into the caller's graph
             return torch_fn(input, target, *args, **kwargs)
         if not _small(name, input, target):
