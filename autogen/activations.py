@@ -37,8 +37,8 @@ def _elu(x, alpha, scale=1.0, input_scale=1.0):
     return _fixed(x, W(A("gt", x, 0.0), scale * x, neg), slope)
 
 
-def _softplus(x):  # max(x, 0) + log1p(exp(-|x|)): no overflow anywhere
-    return A("maximum", x, 0.0) + A("log1p", A("exp", -A("abs", x)))
+def _softplus(x):  # max(x, 0) + log1p(exp(-|x|)) (log1pexp: one primitive): no overflow anywhere
+    return A("maximum", x, 0.0) + A("log1pexp", -A("abs", x))
 
 
 def _silu(x, p):  # torch's backward: s * (1 + x * (1 - s)), one factor of s (stays 1 at x = 1e30)

@@ -86,8 +86,8 @@ def binary_cross_entropy(reduction, weighted):
 @functools.lru_cache(maxsize=None)
 def binary_cross_entropy_with_logits(reduction, weighted, pos_weighted):
     x, t = x_elem("input"), x_elem("target")
-    # log_sigmoid(x) = min(x, 0) - log1p(exp(-|x|)): no overflow for any x
-    log_sig = A("minimum", x, 0.0) - A("log1p", A("exp", -A("abs", x)))
+    # log_sigmoid(x) = min(x, 0) - log1p(exp(-|x|)) (log1pexp: one primitive): no overflow for any x
+    log_sig = A("minimum", x, 0.0) - A("log1pexp", -A("abs", x))
     inputs = [x, t]
     if pos_weighted:
         pw = x_elem("pos_weight")
@@ -95,7 +95,7 @@ def binary_cross_entropy_with_logits(reduction, weighted, pos_weighted):
         item = (1.0 - t) * x - log_sig * ((pw - 1.0) * t + 1.0)
         # torch's explicit derivatives (finite where the composed ones give inf - inf)
         dx = (pw * t + 1.0 - t) * A("sigmoid", x) - pw * t
-        dt = (A("minimum", -x, 0.0) - A("log1p", A("exp", -A("abs", x)))) - pw * log_sig
+        dt = (A("minimum", -x, 0.0) - A("log1pexp", -A("abs", x))) - pw * log_sig
     else:
         item = (1.0 - t) * x - log_sig
         dx, dt = A("sigmoid", x) - t, -x
@@ -229,7 +229,7 @@ def poisson_nll_loss(reduction, log_input, full):
 
 
 def _log_sigmoid(x):
-    return A("minimum", x, 0.0) - A("log1p", A("exp", -A("abs", x)))
+    return A("minimum", x, 0.0) - A("log1pexp", -A("abs", x))
 
 
 @functools.lru_cache(maxsize=None)

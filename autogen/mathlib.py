@@ -271,6 +271,7 @@ def _build(bits):
     EXPM1_LO, EXPM1_NC = K['EXPM1_LO'], K['EXPM1_NC']
     LOG_HI, LOG_LO, LG = K['LOG_HI'], K['LOG_LO'], K['LG']
     TINY, SUB_SCALE, SUB_K = K['TINY'], K['SUB_SCALE'], K['SUB_K']
+    SQRT2M1 = dt(math.sqrt(2) - 1)
     TANH_P, TANH_SAT, TANH_SMALL = K['TANH_P'], K['TANH_SAT'], dt(0.625)
     ERF_P, ERFC_Q, ERFC_C, ERF_SAT = K['ERF_P'], K['ERFC_Q'], K['ERFC_C'], K['ERF_SAT']
     jit = njit(**_JIT_OPTS)
@@ -314,7 +315,12 @@ def _build(bits):
         sub = x < TINY                          # subnormal: scale up first
         k, m = _logsplit(x * SUB_SCALE if sub else x)
         k = k - SUB_K if sub else k
-        f = m - ONE
+        return log_tail(x, k, m - ONE, corr)
+
+    @jit
+    def log_tail(x, k, f, corr):
+        """log(x) + corr from x = 2**k * (1 + f), f exact within [sqrt(1/2) - 1, sqrt(2) - 1];
+        the special values from x itself."""
         s = f / (TWO + f)
         z = s * s
         hfsq = HALF * f * f
@@ -333,6 +339,18 @@ def _build(bits):
     def log1p(x):
         u, e = _two_sum(ONE, x)                 # 1 + x == u + e exactly
         return log_core(u, e / u)
+
+    @jit
+    def log1pexp(x):
+        # log(1 + exp(x)) = max(x, 0) + log1p(e), e = exp(-|x|) in (0, 1]: no overflow for any x.
+        # log1p of an argument in [0, 1] needs neither log1p's exact 1 + e nor log's exponent
+        # split: 1 + e = 2**k * (1 + f) with f = e (k = 0) or f = (e - 1)/2 (k = 1, e > sqrt 2 - 1),
+        # both exact, and log's tail of f does the rest (a third less time than log1p(exp(.))).
+        e = exp(-abs(x))
+        big = e > SQRT2M1
+        k = ONE if big else ZERO
+        f = (e - ONE) * HALF if big else e
+        return (x if x > ZERO else ZERO) + log_tail(ONE, k, f, ZERO)
 
     @jit
     def tanh(x):
@@ -366,7 +384,7 @@ def _build(bits):
         small = _fma(x, _horner(x * x, ERF_P), x)
         return small if a < ONE else big
 
-    return dict(exp=exp, expm1=expm1, log=log, log1p=log1p, tanh=tanh,
+    return dict(exp=exp, expm1=expm1, log=log, log1p=log1p, log1pexp=log1pexp, tanh=tanh,
                 sigmoid=sigmoid, erf=erf)
 
 
@@ -397,6 +415,7 @@ exp = _public('exp')
 expm1 = _public('expm1')
 log = _public('log')
 log1p = _public('log1p')
+log1pexp = _public('log1pexp')
 tanh = _public('tanh')
 sigmoid = _public('sigmoid')
 erf = _public('erf')

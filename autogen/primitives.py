@@ -115,6 +115,8 @@ _prim("log", 1, "elementwise", "__m.log({0})", torch.log, lambda g, o, a: (g / a
       domain=(0.01, 5.0))
 _prim("log1p", 1, "elementwise", "__m.log1p({0})", torch.log1p, lambda g, o, a: (g / (1.0 + a),), kind="f",
       cost=20, domain=(-0.9, 5.0))
+_prim("log1pexp", 1, "elementwise", "__m.log1pexp({0})", lambda a: torch.logaddexp(a, torch.zeros_like(a)),
+      lambda g, o, a: (g * A("sigmoid", a),), kind="f", cost=20)  # softplus: log(1 + exp(a)), any a
 _prim("expm1", 1, "elementwise", "__m.expm1({0})", torch.expm1, lambda g, o, a: (g * (o + 1.0),), kind="f",
       cost=20)
 _prim("tanh", 1, "elementwise", "__m.tanh({0})", torch.tanh, lambda g, o, a: (g * (1.0 - o * o),), kind="f",

@@ -9,7 +9,7 @@ import pytest
 
 from autogen import mathlib as M
 
-FUNCS = ['exp', 'expm1', 'log', 'log1p', 'tanh', 'sigmoid', 'erf']
+FUNCS = ['exp', 'expm1', 'log', 'log1p', 'log1pexp', 'tanh', 'sigmoid', 'erf']
 DTYPES = [np.float32, np.float64]
 
 
@@ -44,6 +44,8 @@ def reference(name, x):
             return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
         if name == 'erf':
             return _erf(x).astype(np.float64)
+        if name == 'log1pexp':
+            return np.logaddexp(x, 0.0)
         return getattr(np, name)(x)
 
 
@@ -67,7 +69,7 @@ def grid(name, dt):
     bits = rng.integers(0, np.iinfo(ity).max, 200_000, dtype=ity, endpoint=True)
     x = bits.view(dt)
     lim = {'exp': 110 if dt == np.float32 else 750, 'expm1': 100, 'log': 10,
-           'log1p': 10, 'tanh': 12, 'sigmoid': 120, 'erf': 7}[name]
+           'log1p': 10, 'log1pexp': 100, 'tanh': 12, 'sigmoid': 120, 'erf': 7}[name]
     parts = [x[np.isfinite(x)], np.linspace(-lim, lim, 200_001),
              np.linspace(-2, 2, 100_001), np.geomspace(1e-8, 1, 20_000),
              -np.geomspace(1e-8, 1, 20_000), edge_values(dt)]
@@ -130,6 +132,9 @@ EDGE_CASES = [
     ('log', INF, INF), ('log', NAN, NAN), ('log', 1.0, 0.0),
     ('log1p', -1.0, -INF), ('log1p', -2.0, NAN), ('log1p', -INF, NAN), ('log1p', INF, INF),
     ('log1p', NAN, NAN), ('log1p', 1e-30, 1e-30), ('log1p', -1e-30, -1e-30), ('log1p', 0.0, 0.0),
+    ('log1pexp', INF, INF), ('log1pexp', -INF, 0.0), ('log1pexp', NAN, NAN), ('log1pexp', 0.0, math.log(2)),
+    ('log1pexp', 1e4, 1e4), ('log1pexp', -1e4, 0.0), ('log1pexp', -100.0, math.exp(-100)),
+    ('log1pexp', 3.4e38, 3.4e38), ('log1pexp', -800.0, 0.0),
     ('tanh', INF, 1.0), ('tanh', -INF, -1.0), ('tanh', NAN, NAN), ('tanh', 50.0, 1.0),
     ('tanh', -50.0, -1.0), ('tanh', 1e-20, 1e-20), ('tanh', -1e-20, -1e-20), ('tanh', 0.0, 0.0),
     ('sigmoid', INF, 1.0), ('sigmoid', -INF, 0.0), ('sigmoid', NAN, NAN), ('sigmoid', 100.0, 1.0),
