@@ -43,44 +43,47 @@ LAYERS = ("code", "config", "env")
 
 
 class _PolicyLayers(dict):
-    """The policy's layers; every change re-reads whether the process runs calm (see `calm`)."""
+    """The policy's layers; every change re-reads whether the process runs calm (see `calm`).
+    Change the dict itself, never rebind policies._policy_layers."""
 
     def __setitem__(self, key, value):
-        super().__setitem__(key, value)
-        _refresh()
+        with _changing():
+            super().__setitem__(key, value)
 
     def __delitem__(self, key):
-        super().__delitem__(key)
-        _refresh()
+        with _changing():
+            super().__delitem__(key)
+
+    def __ior__(self, other):
+        with _changing():
+            return super().__ior__(other)
 
     def update(self, *args, **kwargs):
-        super().update(*args, **kwargs)
-        _refresh()
+        with _changing():
+            super().update(*args, **kwargs)
 
     def clear(self):
-        super().clear()
-        _refresh()
+        with _changing():
+            super().clear()
 
     def pop(self, *args):
-        value = super().pop(*args)
-        _refresh()
-        return value
+        with _changing():
+            return super().pop(*args)
 
     def popitem(self):
-        item = super().popitem()
-        _refresh()
-        return item
+        with _changing():
+            return super().popitem()
 
     def setdefault(self, key, default=None):
-        value = super().setdefault(key, default)
-        _refresh()
-        return value
+        with _changing():
+            return super().setdefault(key, default)
 
 
 # calm[0]: no thread is inside a policy(), record() or @autogen_loss trace block, and the process-wide
 # policy is not 'aggressive'. The small-input fronts of the torch losses read this one flag instead of
 # the thread's trace, record and policy state (three reads and a call, ~0.3 us of a 1K loss's ~2 us);
-# when it is False they read those. It only ever errs towards False.
+# when it is False they read those. It goes False before any such state changes and is recomputed
+# after, under one lock: a reader errs only towards False.
 calm = [True]
 _open = [0]  # blocks open in all threads
 _lock = threading.RLock()
@@ -97,18 +100,43 @@ def _refresh():
 
 
 @contextlib.contextmanager
+def _changing():
+    """A change of the process-wide policy: calm is down while it happens."""
+    with _lock:
+        calm[0] = False
+        try:
+            yield
+        finally:
+            _refresh()
+
+
+@contextlib.contextmanager
 def _block():
     """Counts a policy/record/trace block as open, in any thread, from before its state is set to
-    after it is restored."""
-    with _lock:
-        _open[0] += 1
-        _refresh()
+    after it is restored (and per thread, for a forked child)."""
+    opened = False
     try:
+        with _lock:
+            calm[0] = False
+            _open[0] += 1
+            _local.blocks += 1
+            opened = True
         yield
     finally:
-        with _lock:
-            _open[0] -= 1
-            _refresh()
+        if opened:
+            with _lock:
+                _open[0] -= 1
+                _local.blocks -= 1
+                _refresh()
+
+
+def _after_fork_in_child():
+    """A forked child has only the forking thread: its own open blocks, and a fresh lock (another
+    thread may have held the old one)."""
+    global _lock
+    _lock = threading.RLock()
+    _open[0] = _local.blocks
+    _refresh()
 
 
 _policy_layers = _PolicyLayers(code=None, config=None, env=_from_env("AUTOGEN_POLICY", normalize))
@@ -121,9 +149,12 @@ class _State(threading.local):
     stack = None      # policy() overrides, innermost last
     tracing = False   # inside an @autogen_loss trace
     recorders = None  # open record() blocks
+    blocks = 0        # policy/record/trace blocks open (see _block)
 
 
 _local = _State()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def set_policy(name):
@@ -141,7 +172,7 @@ def get_policy():
 
 def policy_source():
     """Which layer the current process-wide policy comes from: code, config, env or default."""
-    return next((k for k in LAYERS if _policy_layers[k] is not None), "default")
+    return next((k for k in LAYERS if _policy_layers.get(k) is not None), "default")
 
 
 @contextlib.contextmanager

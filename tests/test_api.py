@@ -1,5 +1,6 @@
 """The public API: policy, record, explain, the nn modules."""
 import inspect
+import os
 import threading
 
 import pytest
@@ -199,9 +200,10 @@ def test_calm_is_false_while_a_block_is_open_in_any_thread(block):
     finally:
         release()
     assert calm[0]
-    with pytest.raises(ValueError):  # a block that fails to open leaves the flag as it was
-        with autogen.policy("nope"):
-            pass
+    with pytest.raises(RuntimeError):  # a block left by an exception counts as closed
+        with block():
+            assert not calm[0]
+            raise RuntimeError("inside")
     assert calm[0]
 
 
@@ -219,11 +221,36 @@ def test_calm_is_false_under_a_process_wide_aggressive_policy():
         layers.update(config=None, env="aggressive")
         assert not calm[0]
         layers.clear()
-        assert calm[0] and autogen.get_policy() == "medium"
+        assert calm[0] and autogen.get_policy() == "medium" and autogen.policies.policy_source() == "default"
+        layers |= {"code": "aggressive"}
+        assert not calm[0]
+        layers.pop("code")
+        assert calm[0]
+        layers.setdefault("config", "aggressive")
+        assert not calm[0]
+        del layers["config"]
+        assert calm[0]
     finally:
         layers.clear()
         layers.update(saved)
     assert calm[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_calm_in_a_forked_child_counts_only_the_forking_threads_blocks():
+    """A forked child has only the forking thread: another thread's open block is not its own."""
+    release = _hold_open(autogen.record)
+    try:
+        with autogen.policy("disabled"):
+            assert autogen.policies._open[0] == 2
+            pid = os.fork()
+            if pid == 0:  # the child: check, and leave at once
+                os._exit(0 if autogen.policies._open[0] == 1 and not autogen.policies.calm[0] else 1)
+            _, status = os.waitpid(pid, 0)
+    finally:
+        release()
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert autogen.policies.calm[0]
 
 
 def test_small_front_calls_torchs_op_alone_and_follows_the_policy(monkeypatch):
