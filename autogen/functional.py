@@ -82,15 +82,25 @@ _ATEN = {
 
 
 def _front(name, fn, full):
-    """The public function of one of the eight torch losses, rendered from templates/front.py.j2: torch's
-    signature; a small plain call goes to the ATen op itself with every check made in this one frame
-    (at 1K elements torch's whole Python wrapper costs ~0.4 us, and a frame of ours ~0.15), anything
-    else to `full`."""
-    plain, same_shape, call, *ops = _ATEN[name]
-    params = list(inspect.signature(fn).parameters.values())[2:-1]  # between (input, target) and use_autogen
+    """The public function of a loss, rendered from templates/front.py.j2 with the loss's own signature
+    (torch's): a small plain call goes to torch with every check made in this one frame, anything else
+    to `full`. For the eight torch losses of _ATEN that is the ATen op itself (at 1K elements torch's
+    whole Python wrapper costs ~0.4 us, and a frame of ours ~0.15); for the others, torch's function
+    with every argument passed on as given."""
+    params = list(inspect.signature(fn).parameters.values())[:-1]  # all but use_autogen
+    keyword_only = [p.kind == p.KEYWORD_ONLY for p in params]
+    decl = [p.name if p.default is p.empty else f"{p.name}={p.default!r}" for p in params]
+    if any(keyword_only):
+        decl.insert(keyword_only.index(True), "*")
+    signature = ", ".join(decl + (["use_autogen=False"] if any(keyword_only) else ["*", "use_autogen=False"]))
+    passed = ", ".join(f"{p.name}={p.name}" if k else p.name for p, k in zip(params, keyword_only))
+    if name in _ATEN:
+        plain, same_shape, call, *ops = _ATEN[name]
+    else:
+        plain, same_shape, call, ops = "True", False, f"__op({passed})", [getattr(TF, name)]
     source = _ENV.get_template("front.py.j2").render(
-        name=name, plain=plain, same_shape=same_shape, call=call,
-        params=[f"{p.name}={p.default!r}" for p in params], names=[p.name for p in params])
+        name=name, plain=plain, same_shape=same_shape, call=call, enum=name in _ATEN, signature=signature,
+        passed=passed, a=params[0].name, b=params[1].name)
     namespace = {}
     exec(compile(source, f"<autogen front {name}>", "exec"), globals(), namespace)
     return namespace["make"](full, _torch_ran, _state, get_policy, torch.Tensor, calm, *ops)
@@ -113,16 +123,12 @@ def _torch_ran(name, input, out):
 
 
 def _small_to_torch(fn):
-    """Send inputs below the loss's size threshold to torch's own loss (recorded as fallback); for the
-    eight torch losses, through a front function that calls the ATen op itself (_ATEN)."""
+    """Send inputs below the loss's size threshold to torch's own loss (recorded as fallback), through a
+    front function with the loss's signature (_front); `wrapper` takes what the front does not."""
     name = fn.__name__
     torch_fn = getattr(TF, name)
 
-    @functools.wraps(fn)
     def wrapper(input, target, *args, use_autogen=False, **kwargs):
-        if calm[0] and type(input) is torch.Tensor and type(target) is torch.Tensor \
-                and input.numel() < SMALL_ELEMENTS[name]:  # _small's answer when no block is open
-            return torch_fn(input, target, *args, **kwargs)
         if _state.tracing:  # inside an @autogen_loss trace: torch's ops, lowered into the caller's graph
             return torch_fn(input, target, *args, **kwargs)
         if not _small(name, input, target):
@@ -130,7 +136,7 @@ def _small_to_torch(fn):
         out = torch_fn(input, target, *args, **kwargs)
         return _torch_ran(name, input, out) if _state.recorders else out
 
-    return functools.wraps(fn)(_front(name, fn, wrapper)) if name in _ATEN else wrapper
+    return functools.wraps(fn)(_front(name, fn, wrapper))
 
 
 def _torch_fallback(name, out, reason):

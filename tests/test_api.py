@@ -287,6 +287,27 @@ def test_small_front_calls_torchs_op_alone_and_follows_the_policy(monkeypatch):
         autogen.set_policy(None)
 
 
+@pytest.mark.parametrize("small", [False, True], ids=["kernel", "small"])
+@pytest.mark.parametrize("name", AF.LOSSES)
+def test_losses_take_torchs_argument_names_as_keywords(name, small, monkeypatch):
+    """Every argument by its torch name (anchor=, input1=, ...), through our kernel and through the
+    small-input front."""
+    from autogen import functional
+    from autogen.bench import inputs
+    if small:
+        monkeypatch.setattr(functional, "SMALL_ELEMENTS", dict.fromkeys(functional.SMALL_ELEMENTS, 1 << 30))
+    args = inputs(name, 64)
+    kwargs = dict(zip(inspect.signature(getattr(TF, name)).parameters, args))
+    with autogen.record() as rec:
+        out = getattr(AF, name)(**kwargs, use_autogen=True)
+    torch.testing.assert_close(out, getattr(TF, name)(**kwargs))
+    paths = {c.path for c in rec.calls if c.phase == "forward"}
+    if small:
+        assert paths == {"fallback"}
+    else:
+        assert paths and paths <= {"autogen", "handwritten"}
+
+
 def test_small_inputs_run_torch_below_the_threshold(monkeypatch):
     from autogen import functional
     monkeypatch.setattr(functional, "SMALL_ELEMENTS", dict.fromkeys(functional.SMALL_ELEMENTS, 100))
