@@ -2,7 +2,7 @@
 
 Run: `make bench` (or `autogen bench`, `python benchmarks/bench_losses.py`); `--sweep` for sizes 1K to
 16M, `--quick` for fewer repetitions. Every variant of one (name, size, mode) is timed in the same
-run with interleaved repetitions (round robin, the first one rotating), so the machine's drift
+run with interleaved repetitions (each round in a fresh seeded random order), so the machine's drift
 falls on all of them alike; median, p20 and p80 are kept, and each variant's peak memory.
 Prints the tables (a progress bar on stderr while it runs) and writes under benchmarks/results/:
 bench.csv (one row per name x size x mode x variant), bench.json (the same with the summary),
@@ -16,6 +16,7 @@ import gc
 import json
 import math
 import os
+import random
 import statistics
 import sys
 import time
@@ -85,16 +86,21 @@ def timed(fn, reps):
 
 
 def measure(fns, reps):
-    """Interleaved repetitions: each round calls every variant once, the first one rotating, so a
-    slow spell of this shared machine falls on all variants alike."""
+    """Interleaved repetitions: each round calls every variant once, in a fresh random order (seeded:
+    the same in every run), so a slow spell of this shared machine falls on all variants alike and no
+    variant always runs after the same one. A fixed cycle did that: the fused kernel always ran after
+    the op-by-op path, paying for the dirty cache it leaves, and eager after the light default path
+    (NLL at 4M: eager/fused 1.01-1.12 in a fixed cycle, 1.17-1.20 shuffled)."""
     for fn in fns.values():  # compile / warm up
         fn()
         fn()
     keys = list(fns)
     times = {k: [] for k in keys}
-    for i in range(reps):
-        k0 = i % len(keys)
-        for k in keys[k0:] + keys[:k0]:
+    rng = random.Random(0)
+    for _ in range(reps):
+        order = keys[:]
+        rng.shuffle(order)
+        for k in order:
             t0 = time.perf_counter()
             fns[k]()
             times[k].append(time.perf_counter() - t0)
