@@ -368,7 +368,7 @@ class FusedEngine:
             data = scale_grads(data, gout if scale is None else gout * scale)
             return _place(plan.wrt, data, len(prob.graph.inputs))
         if plan.derivative:
-            grad = pooled(data.numel(), data.dtype).view(data.shape)
+            grad = pooled_like(data)
             return _place(plan.wrt, [torch.mul(gout.view(data.shape), data, out=grad)], len(prob.graph.inputs))
         values = dict(data)
         values["__gout"] = gout.contiguous()
