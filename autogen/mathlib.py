@@ -325,8 +325,9 @@ def _build(bits):
 
     @jit
     def log_tail(x, k, f, corr):
-        """log(x) + corr from x = 2**k * (1 + f), f exact within [sqrt(1/2) - 1, sqrt(2) - 1];
-        the special values from x itself."""
+        """log(x) + corr from x = 2**k * (1 + f), f exact, within [sqrt(1/2) - 1, sqrt(2) - 1] where
+        the polynomial is fitted (float32 log1pexp takes f up to 1/2: see LOG1PEXP_SPLIT); the
+        special values from x itself."""
         s = f / (TWO + f)
         z = s * s
         hfsq = HALF * f * f
