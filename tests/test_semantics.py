@@ -167,6 +167,73 @@ def test_grad_output_scaling_and_repeated_backward():
         close(g2, r)
 
 
+# every engine whose forward writes the gradient: the generated kernel (aggressive), the handwritten
+# ones (medium: cross_entropy and mse_loss have one), at a size where the gradient comes from the pool
+HANDOVER = [("aggressive", "cross_entropy"), ("medium", "cross_entropy"), ("aggressive", "nll_loss"),
+            ("aggressive", "mse_loss"), ("medium", "mse_loss"), ("aggressive", "binary_cross_entropy_with_logits")]
+
+
+def _handover_args(name):
+    x = torch.randn(1024, 512)
+    if name == "nll_loss":
+        return [x.log_softmax(-1).requires_grad_(), torch.randint(0, 512, (1024,))]
+    if name == "cross_entropy":
+        return [x.requires_grad_(), torch.randint(0, 512, (1024,))]
+    return [x.requires_grad_(), torch.rand(1024, 512)]
+
+
+@pytest.mark.parametrize("pol,name", HANDOVER)
+def test_backward_takes_the_forward_gradient_as_grad_without_a_copy(pol, name, monkeypatch):
+    """loss.backward() makes the buffer the forward kernel wrote x.grad itself: AccumulateGrad copies a
+    gradient anything else still holds, and the engine's saved state held it (a 2 MB copy here)."""
+    from autogen import executor
+    made = []
+    pooled = executor.pooled
+
+    def recording_pool(size, dtype):
+        out = pooled(size, dtype)
+        made.append(out.data_ptr())
+        return out
+    monkeypatch.setattr(executor, "pooled", recording_pool)
+    args = _handover_args(name)
+    with autogen.policy(pol), autogen.record() as rec:
+        getattr(AF, name)(*args, use_autogen=True).backward()
+    assert all(c.fused for c in rec.calls) and rec.calls
+    assert args[0].grad.data_ptr() in made
+    (want,) = torch.autograd.grad(getattr(TF, name)(*args), [args[0]])
+    close(args[0].grad, want)
+
+
+@pytest.mark.parametrize("pol,name", HANDOVER)
+def test_backward_again_after_the_handover(pol, name):
+    """A retained graph's second backward accumulates the same gradient again, whatever was done to
+    the first .grad in place (zeroed, clipped); the inputs changed in place since the forward raise
+    torch's error, as torch's own saved tensors do; a graph not retained raises torch's error."""
+    args = _handover_args(name)
+    x = args[0]
+    (want,) = torch.autograd.grad(getattr(TF, name)(*args), [x])
+    with autogen.policy(pol):
+        loss = getattr(AF, name)(*args, use_autogen=True)
+        loss.backward(retain_graph=True)
+        close(x.grad, want)
+        x.grad.mul_(0.5)  # in place on the handed-over buffer, as clip_grad_norm_ does
+        loss.backward(retain_graph=True)
+        close(x.grad, 1.5 * want)
+        (again,) = torch.autograd.grad(loss * 2.0, [x], retain_graph=True)
+        close(again, 2.0 * want)
+        loss.backward()
+        close(x.grad, 2.5 * want)
+        with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+            loss.backward()
+        x.grad = None
+        loss = getattr(AF, name)(*args, use_autogen=True)
+        loss.backward(retain_graph=True)
+        with torch.no_grad():
+            args[1].add_(0) if name not in ("nll_loss", "cross_entropy") else x.add_(0)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            loss.backward()
+
+
 def test_only_target_requires_grad():
     x = torch.randn(4, 3, dtype=torch.float64)
     t = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
