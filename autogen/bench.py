@@ -108,13 +108,20 @@ def measure(fns, reps):
 
 
 def fwd_bwd(fn, args):
+    """Forward, then backward as a training step runs it: .grad set to None (zero_grad's default), then
+    out.backward(), which makes the gradient .grad. torch.autograd.grad would hide a copy .backward()
+    makes of a gradient that something else still holds (our fused losses did that until this harness
+    used .backward(): nll at 8192x512, 2.0-2.7 ms against 0.43-0.55)."""
     grad_out = []
+    leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
 
     def run():
+        for a in leaves:
+            a.grad = None
         out = fn(*args)
         if not grad_out:
             grad_out.append(torch.ones_like(out))
-        torch.autograd.grad(out, [args[0]], grad_out[0])
+        out.backward(grad_out[0])
     return run
 
 
