@@ -30,7 +30,7 @@ _BLOCK = 1 << 14  # elements per block for losses without rows
 _MATHLIB = hashlib.sha1(resources.files("autogen").joinpath("mathlib.py").read_bytes()).hexdigest()[:12]
 
 
-_CODEGEN_REV = "4"  # part of every kernel's key: bump when the same graph renders differently
+_CODEGEN_REV = "3"  # part of every kernel's key: bump when the same graph renders differently
 _STASH_COST = 20  # a value this costly per element (one polynomial function) is stashed, not recomputed
 
 
@@ -58,27 +58,6 @@ def _early(n, late):
     return _group(n) == "reduce_all" and n.digest not in late
 
 
-def defer_unneeded(order, late):
-    """`late` plus the early reductions no per-row or per-element value of `order` needs, and what
-    depends on them. Such a sum (nll's sum of losses, beside the count of targets its gradient
-    needs) is folded from per-row partials written in the row loop, which runs in parallel on large
-    inputs, instead of in a serial prelude pass over the rows (nll 8192x512: 20 -> 9 us of prelude)."""
-    needed = set()  # scalars something in the row loop reads
-    for n in reversed(order):
-        if n.level != SCALAR or n.digest in needed:
-            if _group(n) != "reduce_all" or n.level != SCALAR:
-                needed.update(a.digest for a in n.args if a.level == SCALAR)
-    out = set(late)
-    for n in order:
-        group = _group(n)
-        if group == "reduce_all":
-            if n.digest not in needed:
-                out.add(n.digest)
-        elif n.level == SCALAR and any(a.digest in out for a in (n.args[:1] if group == "identity" else n.args)):
-            out.add(n.digest)
-    return out
-
-
 class KernelSpec:
     """What one kernel computes: outputs (node, level) over the graph's inputs and params."""
 
@@ -91,9 +70,8 @@ class KernelSpec:
         self.inputs = [leaves[k] for k in sorted(leaves)]
         params = {n.attr: n for n in self.order if n.op == "param"}
         self.params = [params[k] for k in sorted(params)]
-        self.late = defer_unneeded(self.order, late_set(nodes))
-        # late reductions (and early ones nothing in the row loop reads) are folded from per-row partials;
-        # the early ones the loop reads are summed in the prelude
+        self.late = late_set(nodes)
+        # only late reductions need per-row partials; early ones are summed in the prelude
         self.reduce_all = [n for n in self.order if _group(n) == "reduce_all" and n.digest in self.late]
         body = "|".join([__version__, numba.__version__, dtype, _CODEGEN_REV]
                         + [f"{n.digest}@{l}" for n, l in self.outputs])
