@@ -66,13 +66,13 @@ def explain(name_or_module, *example_inputs, **options):
             if out.requires_grad:
                 out.sum().backward()
         if not _capture.problems:  # torch ran it (small input): still show the graph we would run
-            saved = F.SMALL_ELEMENTS
-            F.SMALL_ELEMENTS = dict.fromkeys(saved, 0)
+            saved = F.SMALL_ELEMENTS, F.SMALL_ELEMENTS_NO_GRAD
+            F.SMALL_ELEMENTS = F.SMALL_ELEMENTS_NO_GRAD = dict.fromkeys(saved[0], 0)
             try:
                 with record():
                     fn(*[t.detach() if isinstance(t, torch.Tensor) else t for t in inputs], **options)
             finally:
-                F.SMALL_ELEMENTS = saved
+                F.SMALL_ELEMENTS, F.SMALL_ELEMENTS_NO_GRAD = saved
     finally:
         _capture.active = False
     probs = _capture.problems

@@ -36,8 +36,19 @@ SMALL_ELEMENTS = {"mse_loss": 1 << 17, "l1_loss": 1 << 15, "smooth_l1_loss": 1 <
                  "multilabel_soft_margin_loss": 1 << 12, "multi_margin_loss": 1 << 16, "poisson_nll_loss": 1 << 15,
                  "triplet_margin_loss": 1 << 14, "triplet_margin_with_distance_loss": 1 << 14,
                  "cosine_embedding_loss": 0}
+# The same for a call that needs no gradient (torch.no_grad(), or no input requires grad): the fused
+# kernel then saves only the forward's passes, so torch's kernel wins up to larger sizes, and NLL's
+# forward (a gather of one value per row) at every size. From `bench_crossover.py --fwd` (eager/ours,
+# two or three runs; eager's own time moves up to 6x with page faults, so each limit is the first size
+# ours won in every run): at 128K, 512K, 1M elements mse 0.69-0.71, 0.83-5.5, 0.95-5.6 (4M: 1.8-5.1);
+# cross_entropy 0.41-0.44, 0.50-0.53, 1.04-1.31; nll 0.15-0.46 from 1K to 4M.
+SMALL_ELEMENTS_NO_GRAD = dict(SMALL_ELEMENTS, mse_loss=1 << 22, l1_loss=1 << 19, cross_entropy=1 << 20,
+                              nll_loss=1 << 62, margin_ranking_loss=1 << 19, multilabel_soft_margin_loss=1 << 13,
+                              multi_margin_loss=1 << 17, poisson_nll_loss=1 << 17, triplet_margin_loss=1 << 19,
+                              triplet_margin_with_distance_loss=1 << 17, cosine_embedding_loss=1 << 15)
 if os.environ.get("AUTOGEN_SMALL_ELEMENTS"):
     SMALL_ELEMENTS = dict.fromkeys(SMALL_ELEMENTS, int(os.environ["AUTOGEN_SMALL_ELEMENTS"]))
+    SMALL_ELEMENTS_NO_GRAD = dict(SMALL_ELEMENTS)
 
 
 def broadcast_shapes(*shapes):
@@ -103,7 +114,7 @@ def _front(name, fn, full):
         passed=passed, a=params[0].name, b=params[1].name)
     namespace = {}
     exec(compile(source, f"<autogen front {name}>", "exec"), globals(), namespace)
-    return namespace["make"](full, _torch_ran, _state, get_policy, torch.Tensor, calm, *ops)
+    return namespace["make"](full, _torch_ran, _state, get_policy, torch.Tensor, calm, torch.is_grad_enabled, *ops)
 
 
 def _small(name, input, target):
@@ -113,13 +124,22 @@ def _small(name, input, target):
     of templates/front.py.j2 inline the same gate (a call costs a frame there): change both."""
     if not isinstance(input, torch.Tensor) or not isinstance(target, torch.Tensor):
         return True
-    return input.numel() < SMALL_ELEMENTS[name] and (calm[0] or not _state.tracing and get_policy() != "aggressive")
+    n = input.numel()
+    return (n < SMALL_ELEMENTS[name] or n < SMALL_ELEMENTS_NO_GRAD[name] and not _grad_needed(input, target)) \
+        and (calm[0] or not _state.tracing and get_policy() != "aggressive")
+
+
+def _grad_needed(input, target):
+    return torch.is_grad_enabled() and (input.requires_grad or target.requires_grad)
 
 
 def _torch_ran(name, input, out):
     """`out` from torch's own kernel on the small path, recorded as the fallback (when recording)."""
-    limit = SMALL_ELEMENTS[name]
-    return _torch_fallback(name, out, f"{input.numel()} elements < {limit}: torch's own kernel is faster at this size")
+    n, limit = input.numel(), SMALL_ELEMENTS[name]
+    if n >= limit:
+        return _torch_fallback(name, out, f"{n} elements < {SMALL_ELEMENTS_NO_GRAD[name]} without gradients: "
+                                          "torch's own kernel is faster at this size")
+    return _torch_fallback(name, out, f"{n} elements < {limit}: torch's own kernel is faster at this size")
 
 
 def _small_to_torch(fn):

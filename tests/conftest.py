@@ -17,3 +17,4 @@ def _kernels_at_every_size(monkeypatch):
     """Tests use small tensors: run them through our kernels, not torch's below-threshold path."""
     from autogen import functional
     monkeypatch.setattr(functional, "SMALL_ELEMENTS", dict.fromkeys(functional.SMALL_ELEMENTS, 0))
+    monkeypatch.setattr(functional, "SMALL_ELEMENTS_NO_GRAD", dict.fromkeys(functional.SMALL_ELEMENTS, 0))

@@ -308,6 +308,31 @@ def test_losses_take_torchs_argument_names_as_keywords(name, small, monkeypatch)
         assert paths and paths <= {"autogen", "handwritten"}
 
 
+@pytest.mark.parametrize("name", AF.LOSSES)
+def test_calls_without_gradients_take_their_own_threshold(name, monkeypatch):
+    """A call that needs no gradient (no_grad, or no input requiring one) goes to torch's own loss below
+    SMALL_ELEMENTS_NO_GRAD (the fused kernel then saves only the forward's passes); one that needs a
+    gradient goes by SMALL_ELEMENTS alone."""
+    from autogen import functional
+    from autogen.bench import inputs
+    monkeypatch.setattr(functional, "SMALL_ELEMENTS_NO_GRAD", dict.fromkeys(functional.SMALL_ELEMENTS, 1 << 30))
+    args = inputs(name, 64)
+    ref = getattr(TF, name)(*args)
+    plain = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+    for label, grad_mode, call_args, ours in [("grad", True, args, True), ("no_grad", False, args, False),
+                                              ("detached", True, plain, False)]:
+        with torch.set_grad_enabled(grad_mode), autogen.record() as rec:
+            out = getattr(AF, name)(*call_args, use_autogen=True)
+        if ours:
+            torch.testing.assert_close(out, ref)
+        else:  # torch's own kernel: torch's numbers exactly
+            torch.testing.assert_close(out, ref.detach(), rtol=0, atol=0)
+        paths = {c.path for c in rec.calls if c.phase == "forward"}
+        assert paths <= {"autogen", "handwritten"} and paths if ours else paths == {"fallback"}, label
+        if not ours:
+            assert all("without gradients" in c.reason for c in rec.calls), label
+
+
 def test_small_inputs_run_torch_below_the_threshold(monkeypatch):
     from autogen import functional
     monkeypatch.setattr(functional, "SMALL_ELEMENTS", dict.fromkeys(functional.SMALL_ELEMENTS, 100))
