@@ -523,7 +523,6 @@ class _LossFunction(torch.autograd.Function):
         grads = ctx.engine.backward(saved, gout)
         if not any(g is t for t in _tensors_in(saved) for g in grads if g is not None):
             ctx.saved = saved  # fresh gradients: the saved state serves a later backward as it is
-        del saved
         return (None, *grads)
 
 

@@ -17,9 +17,9 @@ SIZES = [1 << 10, 1 << 13, 1 << 15, 1 << 17, 1 << 19, 1 << 20, 1 << 22]
 
 
 def main():
-    args = sys.argv[1:]
-    fwd = "--fwd" in args
-    names = [a for a in args if a != "--fwd"] or AF.LOSSES
+    argv = sys.argv[1:]
+    fwd = "--fwd" in argv
+    names = [a for a in argv if a != "--fwd"] or AF.LOSSES
     mode = fwd_only if fwd else fwd_bwd
     # measure our kernels at every size
     AF.SMALL_ELEMENTS = AF.SMALL_ELEMENTS_NO_GRAD = dict.fromkeys(AF.SMALL_ELEMENTS, 0)
