@@ -33,6 +33,8 @@ class Prim:
 
     def infer(self, args):
         """Level and kind of this op applied to `args`."""
+        if self.group in ("reduce_row", "reduce_all") and self.name.startswith("sum") and args[0].kind == "b":
+            raise ValueError(f"{self.name}: a sum of booleans is a count; convert the mask to float first")
         if self.group == "reduce_row":
             if not args[0].level & COL:
                 raise ValueError(f"{self.name}: argument must vary along the row")

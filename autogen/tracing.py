@@ -232,6 +232,8 @@ class _Lowering:
 
     def reduce(self, n, x, dims, keepdim, kind, mean=False):
         x = self.arg(x)
+        if kind == "sum" and x.node.kind != "f":  # torch counts booleans (a mask's sum is a count)
+            x = V(A("where", x.node, 1.0, 0.0) if x.node.kind == "b" else x.node * 1.0, x.shape, x.axes)
         nd = len(x.shape)
         dims = list(range(nd)) if dims is None or dims == [] else [d % nd for d in dims] if nd else []
         reduced = {x.axes[d] for d in dims} - {None}

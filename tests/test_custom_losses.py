@@ -300,3 +300,54 @@ def test_readme_custom_loss_example_runs():
     rec = scope["rec"]
     assert {(c.path, c.fused) for c in rec.calls} == {("autogen", True)}
     assert {c.phase for c in rec.calls} == {"forward", "backward"}
+
+
+@autogen_loss
+class TorchCE(torch.nn.Module):
+    def forward(self, x, t):
+        return TF.cross_entropy(x, t)
+
+
+@autogen_loss
+class TorchNLLIgnore(torch.nn.Module):
+    def forward(self, x, t):
+        return TF.nll_loss(TF.log_softmax(x, -1), t, ignore_index=2)
+
+
+@autogen_loss
+class MaskedMean(torch.nn.Module):
+    """A masked mean whose denominator is the mask's count (a sum of booleans)."""
+    def forward(self, x, t):
+        mask = t != 0
+        per_row = -TF.log_softmax(x, -1).gather(1, t.unsqueeze(1)).squeeze(1)
+        return (per_row * mask).sum() / mask.sum()
+
+
+@autogen_loss
+class ZLoss(torch.nn.Module):
+    def forward(self, x, t):
+        lse = x.log_softmax(-1).neg().add(x).amax(-1)  # logsumexp(x) through ops that lower today
+        return TF.cross_entropy(x, t) + 1e-4 * (lse ** 2).mean()
+
+
+@autogen_loss
+class SoftCappedCE(torch.nn.Module):
+    def forward(self, x, t):
+        return TF.cross_entropy(30 * torch.tanh(x / 30), t)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("cls", [TorchCE, TorchNLLIgnore, MaskedMean, ZLoss, SoftCappedCE],
+                         ids=lambda c: c.__name__)
+def test_mean_reductions_over_masks_keep_their_division(cls, dtype):
+    """torch's mean over non-ignored rows divides by a count of booleans: it once lowered to a bool
+    (any()), so F.cross_entropy's mean returned the sum."""
+    calls = compare(cls, lambda d: _cls(d, n=64, c=5), (0,), dtype, pol="aggressive")
+    assert [(c.path, c.fused) for c in calls] == [("autogen", True)] * 2
+
+
+def test_a_sum_of_booleans_is_refused_by_the_ir():
+    from autogen.ir import ROW, apply, input as leaf
+    mask = apply("ne", leaf("t", ROW, "i"), 0)
+    with pytest.raises(ValueError, match="count"):
+        apply("sum_all", mask)
