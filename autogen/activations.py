@@ -172,6 +172,9 @@ def run(name, input, inplace=False, variant=None, **options):
     if _tracing():  # inside an @autogen_loss trace: torch's op, lowered into the caller's graph
         kw = dict(options, **({"approximate": variant} if variant is not None else {}))
         return getattr(torch.nn.functional, name)(input, **kw, **({"inplace": True} if inplace else {}))
+    if isinstance(input, torch.Tensor) and not input.is_floating_point():  # torch's result or torch's error
+        kw = dict(options, **({"approximate": variant} if variant is not None else {}))
+        return getattr(torch.nn.functional, name)(input, **kw, **({"inplace": True} if inplace else {}))
     cdt = _dtype(input, name)
     src = input
     if inplace and torch.is_grad_enabled() and input.requires_grad:

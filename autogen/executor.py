@@ -5,6 +5,7 @@ written in the same pass; backward only scales it). primitive: op by op, each pr
 through a handwritten, generated or torch kernel as the policy picks. fallback: torch ops.
 """
 import functools
+import os
 import threading
 import time
 import warnings
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 import torch
+import torch.autograd.forward_ad as _fwad
 
 from . import policies as _policy
 from .codegen import _BLOCK, KernelSpec, late_set
@@ -143,14 +145,21 @@ def _no_parts(r):
     return np.empty((0, r), dtype=np.float64)  # read-only in effect: a kernel with no partial sums
 
 
+def _load(spec, parallel=False):
+    """get_kernel, its failures as the engine's errors (a ScheduleError stays one)."""
+    try:
+        return get_kernel(spec, parallel=parallel)
+    except AutogenError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - rendering or loading failed: the caller falls back
+        raise CompileError(f"{type(exc).__name__}: {exc}") from exc
+
+
 def run_spec(spec, prob, values):
     """Launch `spec`'s kernel; `values` maps input/param names to tensors or numbers."""
     n, c, r = prob.launch_dims()
-    try:
-        fn = get_kernel(spec)
-        par = get_kernel(spec, parallel=True) if _use_threads(fn, n, r) else None
-    except Exception as exc:  # noqa: BLE001 - rendering or loading failed: the caller falls back
-        raise CompileError(f"{type(exc).__name__}: {exc}") from exc
+    fn = _load(spec)
+    par = _load(spec, parallel=True) if _use_threads(fn, n, r) else None
     _, names, params, outputs, nparts = _signature(spec, prob.dtype)
     args = [values[a].detach().numpy().reshape(-1) for a in names]
     for name, conv in params:
@@ -191,7 +200,23 @@ def _numba_threads(want):
 def _use_threads(kernel, work, count):
     """Whether one thread would take over _PAR_SECONDS, by the kernel's measured time per element."""
     rate = _rates.get(kernel)
-    return rate is not None and count > 1 and work * rate >= _PAR_SECONDS and torch.get_num_threads() > 1
+    return (rate is not None and count > 1 and work * rate >= _PAR_SECONDS and torch.get_num_threads() > 1
+            and not _fork_child)
+
+
+# numba's GNU OpenMP layer does not survive fork(): a child of a process that launched it dies
+# (SIGTERM, "fork() called from a process already using GNU OpenMP") or hangs at its first parallel
+# kernel. Such a child, and its own children, run every kernel on the calling thread.
+_fork_child = False
+
+
+def _after_fork_in_child():
+    global _fork_child
+    from numba.np.ufunc import parallel
+    _fork_child = _fork_child or parallel._is_initialized
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _timed(kernel, work, call):
@@ -349,6 +374,8 @@ class FusedEngine:
         plan = fused_plan(prob.graph, needs, prob.dtype)
         values = dict(prob.params)
         values.update({x.attr: t for x, t in zip(prob.graph.inputs, tensors)})
+        if plan.backward is not None:
+            _load(plan.backward)  # a backward that cannot be scheduled fails here, where execute falls back
         outs = run_spec(plan.forward, prob, values)
         _policy.note(prob.graph.name, self.path, True, "forward", self.reason)
         if plan.in_forward:
@@ -415,13 +442,8 @@ def interpret(prob, order, values, phase, force_fallback=False):
     for node in order:
         if node.digest in values:
             continue
-        if node.op == "const":
-            val = torch.tensor(node.attr, dtype=_TORCH_KIND.get(node.kind, dtype))
-        elif node.op == "param":
-            v = prob.params[node.attr]
-            val = v if isinstance(v, torch.Tensor) else torch.tensor(v, dtype=_TORCH_KIND.get(node.kind, dtype))
-        elif node.op == "iota":
-            val = torch.arange(prob.flat_size(COL)).view(prob.layout(COL))
+        if not node.args:
+            val = _leaf_value(prob, node)
         elif PRIMS[node.op].group == "identity":  # no kernel: a view of its first argument
             val = PRIMS[node.op].torch(*[values[a.digest] for a in node.args])
         else:
@@ -452,6 +474,12 @@ def interpret(prob, order, values, phase, force_fallback=False):
     return values
 
 
+@functools.lru_cache(maxsize=256)
+def _prim_vjp(graph, needs):
+    gleaf = leaf_input("__gout", graph.level)
+    return gleaf, vjp([graph.loss], [gleaf], [graph.inputs[i] for i, need in enumerate(needs) if need])
+
+
 class PrimEngine:
     """The loss op by op; `force_fallback` makes every op a torch op."""
     fused = False
@@ -465,6 +493,8 @@ class PrimEngine:
 
     def forward(self, tensors, needs):
         prob = self.prob
+        if any(needs):
+            _prim_vjp(prob.graph, needs)  # a gradient the IR cannot express fails here, where execute falls back
         values = interpret(prob, toposort([prob.graph.loss]), self._leaves(tensors), "forward", self.force)
         out = values[prob.graph.loss.digest]
         out = out.expand(prob.layout(prob.graph.level)).reshape(-1 if prob.graph.level else ())
@@ -474,8 +504,7 @@ class PrimEngine:
         values, needs, shapes = saved
         prob, graph = self.prob, self.prob.graph
         wrt = [i for i, need in enumerate(needs) if need]
-        gleaf = leaf_input("__gout", graph.level)
-        grads = vjp([graph.loss], [gleaf], [graph.inputs[i] for i in wrt])
+        gleaf, grads = _prim_vjp(graph, needs)
         values = dict(values)
         values[gleaf.digest] = gout.reshape(prob.layout(graph.level))
         present = [g for g in grads if g is not None]
@@ -497,33 +526,163 @@ def _tensors_in(saved):
             yield from _tensors_in(item)
 
 
+class _GradFix(torch.autograd.Function):
+    """The primitive gradfix(v, x, d) in torch ops: the value v, with d added to its derivative with
+    respect to x (torch's explicit formulas), in reverse mode, forward mode and under torch.func."""
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(v, x, d):
+        return v.clone()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, x, d = inputs
+        ctx.save_for_backward(d)
+        ctx.save_for_forward(d)
+        ctx.x_shape = x.shape
+
+    @staticmethod
+    def backward(ctx, g):
+        (d,) = ctx.saved_tensors
+        gx = g * d
+        if gx.shape != ctx.x_shape:
+            gx = gx.sum_to_size(ctx.x_shape) if gx.dim() >= len(ctx.x_shape) else gx.expand(ctx.x_shape)
+        return g, gx, None
+
+    @staticmethod
+    def jvp(ctx, vt, xt, dt):
+        (d,) = ctx.saved_tensors
+        out = vt + xt * d
+        return out.sum_to_size(vt.shape) if out.shape != vt.shape else out  # a row value's d varies along the row
+
+
+def _leaf_value(prob, node):
+    """A const, param or iota leaf as a tensor of the interpreters' layout."""
+    if node.op == "const":
+        return torch.tensor(node.attr, dtype=_TORCH_KIND.get(node.kind, prob.dtype))
+    if node.op == "param":
+        v = prob.params[node.attr]
+        return v if isinstance(v, torch.Tensor) else torch.tensor(v, dtype=_TORCH_KIND.get(node.kind, prob.dtype))
+    return torch.arange(prob.flat_size(COL)).view(prob.layout(COL))
+
+
+def torch_eval(prob, tensors):
+    """The loss graph as torch ops on `tensors`, under torch's autograd: the path for what a kernel
+    cannot serve (higher-order and forward-mode gradients, torch.func transforms, gradients the
+    fused schedule cannot express). detach and gradfix keep their gradient meaning here, which the
+    value-only interpreters do not need."""
+    graph = prob.graph
+    values = {x.digest: t.reshape(prob.layout(x.level)) for x, t in zip(graph.inputs, tensors)}
+    for node in toposort([graph.loss]):
+        if node.digest in values:
+            continue
+        if not node.args:
+            val = _leaf_value(prob, node)
+        else:
+            args = [values[a.digest] for a in node.args]
+            if node.op == "detach":
+                val = args[0].detach()
+            elif node.op == "gradfix":
+                val = _GradFix.apply(*args)
+            else:
+                val = PRIMS[node.op].torch(*args)
+        values[node.digest] = val
+    out = values[graph.loss.digest]
+    return out.expand(prob.layout(graph.level)).reshape(-1 if graph.level else ())
+
+
+def run_torch(prob, tensors, reason):
+    """torch_eval as a recorded path ('fallback', forward and backward)."""
+    out = torch_eval(prob, tensors)
+    name = prob.graph.name
+    _policy.note(name, "fallback", False, "forward", reason)
+    if out.requires_grad and _policy.recording():
+        out.register_hook(lambda g: _policy.note(name, "fallback", False, "backward", reason))
+    return out
+
+
+_RESULT = object()  # stands for the function's own output in an engine's saved state
+# torch's relu saves its result, so changing its input in place after the forward is legal there;
+# relu's derivative at relu(x) is its derivative at x, so our backward reads the result instead
+_SAVES_RESULT = {"relu"}
+
+
+def _replace(saved, old, new):
+    """`saved` (a tensor, or tuples, lists and dicts of them) with `old` replaced by `new`."""
+    if saved is old:
+        return new
+    if isinstance(saved, dict):
+        return {k: _replace(v, old, new) for k, v in saved.items()}
+    if isinstance(saved, (tuple, list)):
+        return type(saved)(_replace(v, old, new) for v in saved)
+    return saved
+
+
+def _reads(saved, tensors):
+    """Whether an engine's saved state holds memory of the inputs (its backward reads them)."""
+    ptrs = {t.untyped_storage().data_ptr() for t in tensors if t.numel()}
+    return any(t.numel() and t.untyped_storage().data_ptr() in ptrs for t in _tensors_in(saved))
+
+
 class _LossFunction(torch.autograd.Function):
     """A loss on one engine under autograd.
 
     The gradients a forward kernel wrote are handed to autograd as they are (grad_output 1): then
     nothing but autograd may hold them, or loss.backward() would copy each into .grad (AccumulateGrad
-    takes a gradient as .grad only when no other reference to it exists; nll at 8192x512: 2.0-2.7 ms
-    with the copy, 0.43-0.55 without). So backward lets go of the saved state it hands over, and a
-    second backward through a retained graph computes it again from the inputs, saved for that."""
+    takes a gradient as .grad only when no other reference to it exists). So backward lets go of the
+    saved state it hands over, and a second backward through a retained graph computes it again from
+    the inputs, saved for that. A backward that reads the inputs unpacks them first, so an input
+    changed in place since the forward raises torch's error instead of giving a wrong gradient.
+    With create_graph=True the gradient is built from torch ops (torch_eval), so it can be
+    differentiated again."""
 
     @staticmethod
     def forward(ctx, engine, *tensors):
         ctx.engine = engine
         ctx.needs = tuple(ctx.needs_input_grad[1:])
-        out, ctx.saved = engine.forward(tensors, ctx.needs)
-        ctx.save_for_backward(*tensors)
+        out, saved = engine.forward(tensors, ctx.needs)
+        ctx.result = engine.prob.graph.name in _SAVES_RESULT and len(tensors) == 1
+        if ctx.result:
+            saved = _replace(saved, tensors[0], _RESULT)
+            ctx.save_for_backward(out)
+        else:
+            ctx.save_for_backward(*tensors)
+        ctx.reads = ctx.result or _reads(saved, tensors)
+        ctx.shapes = [t.shape for t in tensors]
+        ctx.saved = saved
         return out
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, gout):
+        if torch.is_grad_enabled():  # create_graph=True
+            return (None, *_differentiable_grads(ctx, gout))
         saved, ctx.saved = ctx.saved, None
         if saved is None:  # handed over by an earlier backward (torch's own error if the inputs changed since)
             saved = ctx.engine.forward(ctx.saved_tensors, ctx.needs)[1]
+        elif ctx.reads:
+            stored = ctx.saved_tensors  # torch's error if what the backward reads changed in place
+            if ctx.result:
+                saved = _replace(saved, _RESULT, stored[0])
         grads = ctx.engine.backward(saved, gout)
         if not any(g is t for t in _tensors_in(saved) for g in grads if g is not None):
-            ctx.saved = saved  # fresh gradients: the saved state serves a later backward as it is
+            ctx.saved = _replace(saved, ctx.saved_tensors[0], _RESULT) if ctx.result else saved
         return (None, *grads)
+
+
+def _differentiable_grads(ctx, gout):
+    """The gradients as a graph of torch ops over the saved inputs (or relu's result) and gout."""
+    tensors = ctx.saved_tensors
+    wrt = [i for i, need in enumerate(ctx.needs) if need]
+    with torch.enable_grad():
+        out = torch_eval(ctx.engine.prob, tensors)
+        got = torch.autograd.grad(out, [tensors[i] for i in wrt], gout.reshape(out.shape), create_graph=True,
+                                  allow_unused=True)
+    _policy.note(ctx.engine.prob.graph.name, "fallback", False, "backward", "create_graph: torch ops")
+    grads = [None] * len(ctx.needs)
+    for i, g in zip(wrt, got):
+        grads[i] = (g if g is not None else torch.zeros_like(tensors[i])).reshape(ctx.shapes[i])
+    return grads
 
 
 observers = []  # explain() listens here for the problems it explains
@@ -541,9 +700,19 @@ def handwritten_for(registry, name, prob):
     return factory if factory is not None and factory.supports(prob) else None
 
 
-def execute(prob, tensors, use_autogen, handwritten=None):
-    """Pick the path for this loss call under the policy, run it, record it."""
+def _transformed(tensors):
+    """Inside a torch.func transform, or with forward-mode dual tensors: kernels see no plain data."""
+    if torch._C._functorch.peek_interpreter_stack() is not None:
+        return True
+    return _fwad._current_level >= 0 and any(_fwad.unpack_dual(t).tangent is not None for t in tensors)
+
+
+def execute(prob, tensors, use_autogen, handwritten=None, fallback=True):
+    """Pick the path for this loss call under the policy, run it, record it. `fallback=False`: an
+    engine error is raised (the caller has its own fallback)."""
     _capture(prob)
+    if _transformed(tensors):
+        return run_torch(prob, tensors, "torch.func transform or forward-mode AD: torch ops")
     if use_autogen:
         path, reason = _policy.choose(handwritten is not None)
         if path == "handwritten":
@@ -563,12 +732,19 @@ def execute(prob, tensors, use_autogen, handwritten=None):
 
     try:
         return run(engine)
+    except ScheduleError as exc:  # a gradient the fused schedule cannot express (a weight's, say)
+        if _policy.get_strict() or not fallback:
+            raise
+        return run_torch(prob, tensors, f"not fusable: {exc}")
     except AutogenError as exc:
-        if _policy.get_strict():
+        if _policy.get_strict() or not fallback:
             raise
         _warn_once(prob.graph.name, exc)
     except Exception as exc:  # noqa: BLE001 - numba typing/lowering errors surface at the first call
-        if not type(exc).__module__.startswith("numba") or _policy.get_strict():
+        if not type(exc).__module__.startswith("numba") or _policy.get_strict() or not fallback:
             raise
         _warn_once(prob.graph.name, exc)
-    return run(PrimEngine(prob, force_fallback=True))
+    try:
+        return run(PrimEngine(prob, force_fallback=True))
+    except ScheduleError as exc:
+        return run_torch(prob, tensors, f"not fusable: {exc}")

@@ -13,7 +13,7 @@ from torch.nn import _reduction as _Reduction
 
 from . import decompositions as D
 from .codegen import _ENV
-from .executor import Problem, execute, handwritten_for
+from .executor import Problem, _transformed, execute, handwritten_for
 from .policies import _local as _state, calm, get_policy, note, recording
 
 LOSSES = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
@@ -154,6 +154,8 @@ def _small_to_torch(fn):
     def wrapper(input, target, *args, use_autogen=False, **kwargs):
         if _state.tracing:  # inside an @autogen_loss trace: torch's ops, lowered into the caller's graph
             return torch_fn(input, target, *args, **kwargs)
+        if _transformed((input, target)):  # torch.func / forward-mode AD: torch's own loss, recorded
+            return _torch_fallback(name, torch_fn(input, target, *args, **kwargs), "torch.func or forward-mode AD")
         if not _small(name, input, target):
             return fn(input, target, *args, use_autogen=use_autogen, **kwargs)
         out = torch_fn(input, target, *args, **kwargs)
@@ -432,7 +434,8 @@ def _class_loss(op, input, target, weight, ignore_index, reduction, label_smooth
     ignore_index = _int_arg("cross_entropy_loss" if op == "cross_entropy" else "nll_loss_nd", "ignore_index", 5,
                             ignore_index)
     rows, C, out_shape = _class_rows(op, input, target, weight, probs)
-    _no_grad_weights("nll_loss_forward" if not probs else op, weight=weight)
+    if not probs:  # torch differentiates the weight of class-probability targets only
+        _no_grad_weights("nll_loss_forward", weight=weight)
     dtype = torch.result_type(input, target) if probs else input.dtype
     cdt = _compute_dtype(dtype)
     x = _canon(rows, cdt)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from . import decompositions as D
-from .errors import AutogenError, TracingError, UnsupportedOpError
+from .errors import AutogenError, CompileError, TracingError, UnsupportedOpError
 from .executor import LossGraph, Problem, execute
 from .functional import _compute_dtype, broadcast_shapes
 from .ir import COL, ELEM, ROW, SCALAR, Node, apply as A, const, input as inp, iota, param, toposort
@@ -37,9 +37,9 @@ aten = torch.ops.aten
 
 
 class _Unsupported(Exception):
-    def __init__(self, op, line, why=""):
+    def __init__(self, op, line, why="", error=UnsupportedOpError):
         super().__init__(op)
-        self.op, self.line, self.why = op, line, why
+        self.op, self.line, self.why, self.error = op, line, why, error  # error: what strict mode raises
 
 
 @dataclass
@@ -735,7 +735,7 @@ def _run(traced, tensors):
             raise RuntimeError(f"index {bad} is out of bounds for dimension 1 with size {C}")
         args.append(idx.contiguous())
     prob = Problem(traced.graph, n, C, R, cdt, dict(traced.params))
-    out = execute(prob, args, True)
+    out = execute(prob, args, True, fallback=False)  # a failure runs the module eagerly (autogen_loss)
     return out.reshape(traced.out_shape).to(traced.out_dtype)
 
 
@@ -774,11 +774,24 @@ def autogen_loss(cls=None, *, strict=None):
                 entry = _trace(self, forward, args, cls)
             except _Unsupported as exc:
                 entry = exc
+            except TracingError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a lowering the rules did not foresee: never a crash
+                entry = _Unsupported(_why("lowering failed", exc), "")
             with _lock:
                 cache[key] = entry
         if isinstance(entry, _Unsupported):
-            return _eager(self, forward, args, kwargs, cls, entry.op, entry.line, strict)
-        return _run(entry, args)
+            return _eager(self, forward, args, kwargs, cls, entry.op, entry.line, strict, entry.error)
+        try:
+            return _run(entry, args)
+        except Exception as exc:
+            if not isinstance(exc, AutogenError) and not type(exc).__module__.startswith("numba"):
+                raise  # the inputs' own error (a class index out of range): torch's, as eagerly
+            failed = _Unsupported(_why("the fused kernel failed", exc), "",
+                                  error=type(exc) if isinstance(exc, AutogenError) else CompileError)
+            with _lock:
+                cache[key] = failed  # later calls of this signature run eagerly at once
+            return _eager(self, forward, args, kwargs, cls, failed.op, failed.line, strict, failed.error)
 
     cls.__init__ = __init__
     cls.forward = traced_forward
@@ -786,12 +799,16 @@ def autogen_loss(cls=None, *, strict=None):
     return cls
 
 
-def _eager(module, forward, args, kwargs, cls, op, line, strict):
+def _why(stage, exc):
+    return f"{stage} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"[:300]
+
+
+def _eager(module, forward, args, kwargs, cls, op, line, strict, error=UnsupportedOpError):
     where = f" at {line}" if line else ""
-    msg = (f"autogen_loss {cls.__name__}: {op}{where} cannot be expressed in the primitive IR; "
-           "running the module eagerly")
+    what = " cannot be expressed in the primitive IR" if error is UnsupportedOpError else ""
+    msg = f"autogen_loss {cls.__name__}: {op}{where}{what}; running the module eagerly"
     if strict if strict is not None else get_strict():
-        raise UnsupportedOpError(msg.replace("; running the module eagerly", ""))
+        raise error(msg.replace("; running the module eagerly", ""))
     key = (cls, op, line)
     if key not in _warned:
         _warned.add(key)

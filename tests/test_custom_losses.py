@@ -351,3 +351,109 @@ def test_a_sum_of_booleans_is_refused_by_the_ir():
     mask = apply("ne", leaf("t", ROW, "i"), 0)
     with pytest.raises(ValueError, match="count"):
         apply("sum_all", mask)
+
+
+def _fault(monkeypatch, stage):
+    """Make one stage of the custom-loss pipeline fail; returns the error class strict mode raises."""
+    import numba
+    import torch.fx.experimental.proxy_tensor as proxy
+    from autogen import compiler, executor, tracing
+    monkeypatch.setattr(compiler, "_kernels", {})
+    monkeypatch.setattr(executor, "_plans", {})
+    if stage == "trace":
+        def boom(*a, **k):
+            raise RuntimeError("injected trace failure")
+        monkeypatch.setattr(proxy, "make_fx", boom)
+        return autogen.UnsupportedOpError
+    if stage == "lower":
+        def boom(self):
+            raise KeyError("injected lowering failure")
+        monkeypatch.setattr(tracing._Lowering, "run", boom)
+        return autogen.UnsupportedOpError
+    if stage == "gradient":
+        def boom(*a, **k):
+            raise autogen.errors.ScheduleError("injected gradient failure")
+        monkeypatch.setattr(executor, "vjp", boom)
+        return autogen.errors.ScheduleError
+    if stage == "schedule":
+        def boom(spec, **k):
+            raise autogen.errors.ScheduleError("injected schedule failure")
+        monkeypatch.setattr(compiler, "render", boom)
+        return autogen.errors.ScheduleError
+    if stage == "render":
+        def boom(spec, **k):
+            raise RuntimeError("injected render failure")
+        monkeypatch.setattr(compiler, "render", boom)
+        return autogen.CompileError
+    if stage == "compile":  # numba's own typing error at the kernel's first call
+        def load(spec, parallel):
+            return numba.njit(lambda *a: injected_undefined_name)  # noqa: F821
+        monkeypatch.setattr(compiler, "_load_file", load)
+        return autogen.CompileError
+    raise KeyError(stage)
+
+
+def _fresh_focal():
+    @autogen_loss
+    class Focal(torch.nn.Module):  # a class of its own per test: a fresh trace cache
+        def forward(self, logits, target):
+            logpt = TF.log_softmax(logits, dim=-1).gather(1, target.unsqueeze(1)).squeeze(1)
+            return (-0.25 * (1 - logpt.exp()) ** 2 * logpt).mean()
+    return Focal
+
+
+STAGES = ["trace", "lower", "gradient", "schedule", "render", "compile"]
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_failing_stage_warns_once_and_runs_eagerly(monkeypatch, stage):
+    from autogen import tracing
+    _fault(monkeypatch, stage)
+    monkeypatch.setattr(tracing, "_warned", set())
+    cls = _fresh_focal()
+    args = _cls(torch.float64)
+    x = args[0].clone().requires_grad_()
+    with autogen.policy("aggressive"), warnings.catch_warnings(record=True) as caught, autogen.record() as rec:
+        warnings.simplefilter("always")
+        out = cls(use_autogen=True)(x, args[1])
+        out.backward()
+        cls(use_autogen=True)(x, args[1])  # warned once
+    msgs = [str(w.message) for w in caught if "running the module eagerly" in str(w.message)]
+    assert len(msgs) == 1 and "Focal" in msgs[0], [str(w.message) for w in caught]
+    assert rec.calls == []  # the module ran as written: no engine call at all
+    xr = args[0].clone().requires_grad_()
+    ref = FocalLoss()(xr, args[1])
+    ref.backward()
+    torch.testing.assert_close(out, ref, **tolerances(torch.float64))
+    torch.testing.assert_close(x.grad, xr.grad, **tolerances(torch.float64))
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_failing_stage_raises_its_error_in_strict_mode(monkeypatch, stage):
+    error = _fault(monkeypatch, stage)
+    cls = _fresh_focal()
+    x, t = _cls(torch.float64)
+    with autogen.policy("aggressive"), pytest.raises(error):
+        autogen.set_strict(True)
+        try:
+            cls(use_autogen=True)(x.requires_grad_(), t)
+        finally:
+            autogen.set_strict(False)
+
+
+@autogen_loss
+class GlobalDice(torch.nn.Module):
+    """A soft Dice over the whole tensor: every element's gradient needs whole-tensor sums."""
+    def forward(self, logits, target):
+        p = logits.sigmoid()
+        inter = (p * target).sum()
+        return 1 - (2 * inter + 1) / (p.sum() + target.sum() + 1)
+
+
+def test_an_unschedulable_loss_warns_and_runs_eagerly_instead_of_raising():
+    make, diff = _binary, (0,)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        calls = compare(GlobalDice, make, diff, torch.float64, pol="aggressive")
+    assert calls == []
+    assert any("GlobalDice" in str(w.message) and "eagerly" in str(w.message) for w in caught)
