@@ -229,3 +229,138 @@ def test_ddp_two_gloo_ranks_match_the_torch_loss(tmp_path):
     saved = torch.load(out)
     for a, b in zip(saved["ours"], saved["theirs"]):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+# -- forks and threads after parallel kernels --------------------------------------------------
+# numba's threading layer here is GNU OpenMP, which does not survive fork(): a child of a process
+# that ran a prange kernel was killed at its first one ("fork() called from a process already using
+# GNU OpenMP"). Each case runs in a child process with a timeout, so an abort or a hang fails the
+# test. The children do no large torch op after a fork: torch's own OpenMP pool hangs there too
+# (an `x + 1` on 4M elements in the child of a parent that ran one), so they hand numpy arrays back
+# and the parent compares them with torch.
+FORK = r"""
+import multiprocessing as mp, os, pickle, torch, torch.nn.functional as TF, autogen
+from autogen import compiler, executor, functional as AF
+torch.manual_seed(0)
+t = torch.randint(0, 512, (8192,))
+xs = [torch.randn(8192, 512) for _ in range(5)]
+
+def ours(i):
+    x = xs[i].requires_grad_()
+    with autogen.policy("aggressive"), autogen.record() as rec:
+        out = AF.cross_entropy(x, t, use_autogen=True)
+        g, = torch.autograd.grad(out, x)
+    x.requires_grad_(False)
+    return out.detach().numpy(), g.numpy(), executor._fork_child, {(c.path, c.fused) for c in rec.calls}
+
+def check(i, res, forked):
+    out, g, fork_child, paths = res
+    x = xs[i].clone().requires_grad_()
+    ref = TF.cross_entropy(x, t)
+    torch.testing.assert_close(torch.from_numpy(out), ref.detach())
+    torch.testing.assert_close(torch.from_numpy(g), torch.autograd.grad(ref, x)[0])
+    assert paths == {("autogen", True)} and fork_child == forked, (paths, fork_child)
+
+for _ in range(4):  # compiled, timed, then run on numba's threads
+    res = ours(0)
+check(0, res, False)
+assert any(par for _, par in compiler._kernels), "the parallel kernel never ran"
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(r)
+    with os.fdopen(w, "wb") as f:
+        pickle.dump(ours(1), f)
+    os._exit(0)
+os.close(w)
+with os.fdopen(r, "rb") as f:
+    res = pickle.load(f)
+assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+check(1, res, True)
+with mp.get_context("fork").Pool(2) as pool:
+    for i, res in zip((2, 3), pool.map_async(ours, (2, 3)).get(timeout=120)):
+        check(i, res, True)
+check(4, ours(4), False)  # the parent keeps its threads
+print("ok")
+"""
+
+THREADS = r"""
+import threading, torch, torch.nn.functional as TF, autogen
+from autogen import compiler, executor, functional as AF
+torch.manual_seed(0)
+xs = [torch.randn(8192, 512) for _ in range(2)]
+ts = [torch.randint(0, 512, (8192,)) for _ in range(2)]
+refs = []
+for x, t in zip(xs, ts):
+    x = x.clone().requires_grad_()
+    ref = TF.cross_entropy(x, t)
+    refs.append((ref.detach(), torch.autograd.grad(ref, x)[0]))
+errors, barrier = [], threading.Barrier(2)
+
+def work(i, pol, steps):
+    try:
+        barrier.wait()
+        for _ in range(steps):
+            x = xs[i].clone().requires_grad_()
+            with autogen.policy(pol):
+                out = AF.cross_entropy(x, ts[i], use_autogen=True)
+            g, = torch.autograd.grad(out, x)
+            torch.testing.assert_close(out, refs[i][0])
+            torch.testing.assert_close(g, refs[i][1])
+    except BaseException as exc:
+        errors.append(exc)
+
+for pol in ("aggressive", "medium"):  # generated prange kernels; handwritten ones through _pfor
+    threads = [threading.Thread(target=work, args=(i, pol, 12)) for i in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+assert not errors, errors
+assert any(par for _, par in compiler._kernels) and executor._pfor.signatures, "no parallel kernel ran"
+print("ok")
+"""
+
+DATALOADER = r"""
+import torch, torch.nn.functional as TF, autogen
+from autogen import compiler, functional as AF
+
+class Batches(torch.utils.data.Dataset):
+    def __len__(self):
+        return 4
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        x, t = torch.randn(8192, 64, generator=g), torch.randint(0, 512, (8192,), generator=g)
+        with autogen.policy("aggressive"):  # a fused loss in the worker too
+            aux = AF.mse_loss(x[:64], x[64:128], use_autogen=True)
+        return x, t, aux
+
+def train(loss_fn, workers):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(64, 512)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    loader = torch.utils.data.DataLoader(Batches(), batch_size=None, num_workers=workers)
+    for epoch in range(3):  # workers are forked anew each epoch, after parallel kernels ran
+        for x, t, aux in loader:
+            torch.testing.assert_close(aux, TF.mse_loss(x[:64], x[64:128]))
+            opt.zero_grad()
+            loss_fn(model(x), t).backward()
+            opt.step()
+    return [p.detach() for p in model.parameters()]
+
+with autogen.policy("aggressive"):
+    ours = train(lambda x, t: AF.cross_entropy(x, t, use_autogen=True), 2)
+assert any(par for _, par in compiler._kernels), "the parallel kernel never ran"
+for a, b in zip(ours, train(TF.cross_entropy, 0)):
+    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("script", [FORK, THREADS, DATALOADER], ids=["fork", "threads", "dataloader"])
+def test_parallel_kernels_survive_forks_threads_and_dataloader_workers(script):
+    try:
+        proc = child(script, env={"OMP_NUM_THREADS": "2"}, timeout=240)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"hung: {exc}")
+    assert proc.returncode == 0 and "ok" in proc.stdout, (proc.returncode, proc.stdout[-2000:], proc.stderr[-3000:])
