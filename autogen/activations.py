@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import inline
 from .executor import LossGraph, Problem, execute, handwritten_for
 from .ir import COL, ELEM, ROW, SCALAR, apply as A, input as inp, param
 from .policies import tracing as _tracing
@@ -169,7 +170,7 @@ def _dtype(input, name):
 
 def run(name, input, inplace=False, variant=None, **options):
     """Apply nonlinearity `name` through the policy's path; torch's semantics for `inplace`."""
-    if _tracing():  # inside an @autogen_loss trace: torch's op, lowered into the caller's graph
+    if _tracing() and (inplace or not inline.active()):  # torch's op, traced (an in-place op stays one)
         kw = dict(options, **({"approximate": variant} if variant is not None else {}))
         return getattr(torch.nn.functional, name)(input, **kw, **({"inplace": True} if inplace else {}))
     if isinstance(input, torch.Tensor) and not input.is_floating_point():  # torch's result or torch's error
@@ -183,6 +184,8 @@ def run(name, input, inplace=False, variant=None, **options):
     params = {k: float(v) for k, v in options.items()}
     params["approximate"] = variant
     prob = Problem(graph(name, variant), x.numel(), 0, 0, cdt, params)
+    if _tracing():  # inside an @autogen_loss trace: our decomposition, inlined into the caller's graph
+        return inline.emit(prob, [x], input.shape).to(input.dtype)
     out = execute(prob, [x], True, handwritten_for("NONLINEAR", name, prob)).view(input.shape).to(input.dtype)
     if inplace:
         return input.copy_(out)

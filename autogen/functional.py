@@ -12,6 +12,7 @@ import torch.nn.functional as TF
 from torch.nn import _reduction as _Reduction
 
 from . import decompositions as D
+from . import inline
 from .codegen import _ENV
 from .executor import Problem, _transformed, execute, handwritten_for
 from .policies import _local as _state, calm, get_policy, note, recording
@@ -152,8 +153,11 @@ def _small_to_torch(fn):
     torch_fn = getattr(TF, name)
 
     def wrapper(input, target, *args, use_autogen=False, **kwargs):
-        if _state.tracing:  # inside an @autogen_loss trace: torch's ops, lowered into the caller's graph
-            return torch_fn(input, target, *args, **kwargs)
+        if _state.tracing:  # inside an @autogen_loss trace: our decomposition, inlined into the caller's graph
+            if not inline.active():
+                return torch_fn(input, target, *args, **kwargs)
+            inline.begin()
+            return fn(input, target, *args, use_autogen=True, **kwargs)
         if _transformed((input, target)):  # torch.func / forward-mode AD: torch's own loss, recorded
             return _torch_fallback(name, torch_fn(input, target, *args, **kwargs), "torch.func or forward-mode AD")
         if not _small(name, input, target):
@@ -166,7 +170,7 @@ def _small_to_torch(fn):
 
 def _torch_fallback(name, out, reason):
     """`out`, computed by torch, recorded as the fallback path (forward, and backward when it runs)."""
-    if recording():
+    if recording() and not _state.tracing:  # in a trace: torch's ops, lowered with the caller's graph
         note(name, "fallback", False, "forward", reason)
         if out.requires_grad:
             out.register_hook(lambda g: note(name, "fallback", False, "backward", reason))
@@ -201,6 +205,14 @@ def _canon(t, dtype):
 
 def _scale(count):
     return 1.0 / count if count else float("nan")
+
+
+def _execute(prob, tensors, use_autogen, handwritten, shape):
+    """execute(), or inside an @autogen_loss trace the loss as one op of the caller's graph (`shape`: the
+    output's shape for reduction='none')."""
+    if _state.tracing and inline.active():
+        return inline.emit(prob, tensors, shape)
+    return execute(prob, tensors, use_autogen, handwritten)
 
 
 def _finish(out, reduction, shape, dtype):
@@ -239,7 +251,7 @@ def _pointwise(name, input, target, reduction, weight, use_autogen, **params):
     graph = D.pointwise(name, "none" if reduction == "none" else ("mean" if reduction == "mean" else "sum"),
                         weight is not None)
     prob = Problem(graph, n, 0, 0, cdt, dict(params, scale=_scale(n) if reduction == "mean" else 1.0))
-    out = execute(prob, tensors, use_autogen, handwritten_for("FUSED", name, prob))
+    out = _execute(prob, tensors, use_autogen, handwritten_for("FUSED", name, prob), xb.shape)
     return _finish(out, reduction, xb.shape, dtype)
 
 
@@ -279,6 +291,8 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None, *, use_a
 
 
 def _check_unit_interval(x, what):
+    if _state.tracing and inline.active():
+        return inline.defer("unit_interval", x, what)
     if x.numel():
         lo, hi = torch.aminmax(x.detach())
         if not (lo >= 0 and hi <= 1):  # NaN fails too, as in torch
@@ -310,7 +324,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     n = input.numel()
     graph = D.binary_cross_entropy(reduction, weight is not None)
     prob = Problem(graph, n, 0, 0, cdt, {"scale": _scale(n) if reduction == "mean" else 1.0})
-    out = execute(prob, tensors, use_autogen, handwritten_for("FUSED", "binary_cross_entropy", prob))
+    out = _execute(prob, tensors, use_autogen, handwritten_for("FUSED", "binary_cross_entropy", prob), input.shape)
     return _finish(out, reduction, input.shape, dtype)
 
 
@@ -337,7 +351,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     n = input.numel()
     graph = D.binary_cross_entropy_with_logits(reduction, weight is not None, pos_weight is not None)
     prob = Problem(graph, n, 0, 0, cdt, {"scale": _scale(n) if reduction == "mean" else 1.0})
-    out = execute(prob, tensors, use_autogen, handwritten_for("FUSED", op, prob))
+    out = _execute(prob, tensors, use_autogen, handwritten_for("FUSED", op, prob), shape)
     return _finish(out, reduction, shape, dtype)
 
 
@@ -415,6 +429,9 @@ def _first_bad_target(t, C, ignore_index):
 def _check_targets(target, C, ignore_index):
     """Class-index targets as a contiguous int64 tensor, after torch's IndexError for one out of range."""
     t = target.detach().long().contiguous()
+    if _state.tracing and inline.active():
+        inline.defer("targets", t, C, ignore_index)
+        return t
     if t.numel():
         i = _first_bad_target(t.view(-1).numpy(), C, ignore_index)
         if i >= 0:
@@ -459,7 +476,7 @@ def _class_loss(op, input, target, weight, ignore_index, reduction, label_smooth
         else:
             graph = D.cross_entropy(reduction, weight is not None, smoothing)
     prob = Problem(graph, R * C, C, R, cdt, params)
-    out = execute(prob, tensors, use_autogen, handwritten_for("FUSED", op, prob))
+    out = _execute(prob, tensors, use_autogen, handwritten_for("FUSED", op, prob), out_shape)
     return _finish(out, reduction, out_shape, dtype)
 
 
@@ -483,7 +500,7 @@ def _run(graph, tensors, sizes, cdt, params, use_autogen, reduction, out_shape, 
     """Launch a decomposition on canonical tensors; sizes = (n, C, R) as Problem takes them."""
     n, C, R = sizes
     prob = Problem(graph, n, C, R, cdt, params)
-    out = execute(prob, tensors, use_autogen, handwritten_for("FUSED", graph.name, prob))
+    out = _execute(prob, tensors, use_autogen, handwritten_for("FUSED", graph.name, prob), out_shape)
     return _finish(out, reduction, out_shape, dtype)
 
 
@@ -519,6 +536,8 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"
         if var < 0:
             raise ValueError("var has negative entry/entries")
         var = var * torch.ones_like(input)
+    elif _state.tracing and inline.active():
+        inline.defer("nonnegative", var)
     elif torch.any(var < 0):
         raise ValueError("var has negative entry/entries")
     if var.size() != input.size():
@@ -642,7 +661,9 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
         if weight.dtype != input.dtype:
             raise RuntimeError(f"expected scalar type {_tname(input.dtype)} but found {_tname(weight.dtype)}")
         _no_grad_weights("multi_margin_loss", weight=weight)
-    if target.numel():
+    if _state.tracing and inline.active():
+        inline.defer("margin_targets", target, C)
+    elif target.numel():
         t = target.detach().reshape(-1)
         if bool(((t < 0) | (t >= C)).any()):
             raise RuntimeError("target out of range")
@@ -743,7 +764,8 @@ def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, r
         R = 1
     cdt = _compute_dtype(dtype)
     C = shape[-1]
-    tgt = target.detach().to(cdt).reshape(-1).expand(R).contiguous()
+    tgt = target.detach().to(cdt).reshape(-1)
+    tgt = (tgt if tgt.shape[0] == R else tgt.expand(R)).contiguous()  # in a trace: no expand of per-row values
     flat = [_canon(input1.expand(shape), cdt), _canon(input2.expand(shape), cdt), tgt]
     params = {"margin": float(margin), "scale": _scale(R) if reduction == "mean" else 1.0}
     return _run(D.cosine_embedding_loss(reduction), flat, (R * C, C, R), cdt, params, use_autogen, reduction,

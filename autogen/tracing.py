@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from . import decompositions as D
+from . import inline
 from .errors import AutogenError, CompileError, TracingError, UnsupportedOpError
 from .executor import LossGraph, Problem, execute
 from .functional import _compute_dtype, broadcast_shapes
@@ -56,10 +57,13 @@ _FLAT = "all"  # the axis tag of a dim that runs over every base axis (a flatten
 # -- the lowering: ATen graph -> primitive IR ---------------------------------------------------
 class _Lowering:
     def __init__(self, gm, example, name):
-        self.gm, self.name = gm, name
+        self.gm, self.name, self.example = gm, name, example
         self.params = {}       # runtime param name -> value (size-derived numbers)
         self.inputs = []       # (IR input node, placeholder index, how the binder prepares it)
         self.index_inputs = []  # (IR input node, IR node computing it): gather indices, evaluated in torch
+        self.checks = []       # (kind, IR node, extra): value checks of inlined losses, run in torch first
+        self.consts = []       # tensor constants of the trace (get_attr), kernel inputs after the placeholders
+        self.inline = []       # inline.Entry per autogen::inline_loss op of the trace, by its key
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         floats = [i for i, t in enumerate(example) if t.is_floating_point()]
         if not floats:
@@ -127,17 +131,37 @@ class _Lowering:
             lvl = self.level(axes)
         except _Unsupported:
             lvl = None
-        if lvl is None or lvl == SCALAR:  # partial broadcasts and one-element tensors: materialized
+        # partial broadcasts and one-element tensors that need a gradient: materialized (a one-element
+        # tensor that needs none, such as a 1-D loss's class index, is a scalar input)
+        if lvl is None or lvl == SCALAR and t.requires_grad:
             how, lvl, shape = "expand", ELEM, self.base
             axes = tuple(a if self.base[a] != 1 else None for a in range(self.k + 1))
         node = inp(f"in{i}", lvl, kind)
         self.inputs.append((node, i, how))
         return V(node, shape, axes)
 
-    def _param(self, value):
+    def _param(self, value, kind="f"):
         name = f"__t{len(self.params)}"
-        self.params[name] = float(value)
-        return param(name)
+        self.params[name] = int(value) if kind == "i" else float(value)
+        return param(name, kind)
+
+    def _constant(self, n):
+        """A tensor the module holds (an attribute, a buffer, a closure's tensor): one more kernel input,
+        read at every call. One that requires grad (a learnable parameter of the loss) cannot be: the
+        kernel would drop its gradient, so the module runs eagerly."""
+        t = getattr(self.gm, n.target, None)
+        if not isinstance(t, torch.Tensor):
+            raise _Unsupported(f"a constant {n.target} that is not a tensor", _line(n))
+        if t.requires_grad:
+            raise _Unsupported(f"a tensor of the module that requires grad (a learnable parameter, shape "
+                               f"{list(t.shape)}): the kernel would not compute its gradient", _line(n))
+        index = len(self.example) + len(self.consts)
+        self.consts.append(t)
+        try:
+            return self._placeholder(index, t)
+        except _Unsupported as exc:
+            raise _Unsupported(f"a tensor constant of shape {list(t.shape)}, which does not broadcast to "
+                               f"{list(self.base)}", _line(n)) from None
 
     def _anchor(self, lvl):
         """A node at level `lvl` to broadcast against (expand's second argument)."""
@@ -157,7 +181,7 @@ class _Lowering:
         for n in self.gm.graph.nodes:
             if n.op in ("placeholder", "get_attr"):
                 if n.op == "get_attr":
-                    raise _Unsupported("a tensor constant inside the loss", _line(n))
+                    self.env[n] = self._constant(n)
                 continue
             if n.op == "output":
                 out = n.args[0]
@@ -243,7 +267,8 @@ class _Lowering:
         for d in dims:
             count *= x.shape[d]
         if reduced == present or _FLAT in reduced:
-            node = A(f"{kind}_all", x.node) if present else x.node
+            # a per-row value of a one-row batch is still summed: the graph (and its kernel) of any batch size
+            node = A(f"{kind}_all", x.node) if present or x.node.level != SCALAR else x.node
             axes = tuple(None for _ in shape)
         elif reduced == {self.k}:
             node = A(f"{kind}_row", x.node)
@@ -592,6 +617,69 @@ def _const(low, n, *args, **kwargs):
     return V(node, shape, axes)
 
 
+@_rule(inline.OP)
+def _inline_loss(low, n, tensors, checked, key, shape, dtype):
+    """A loss of torch.nn.functional / autogen.functional inside the trace: its own decomposition (the
+    built-in path's graph), with the graph's inputs the lowered values of the op's tensors, its options
+    runtime params, and its gathers through the trace's index inputs (checked in torch before the kernel)."""
+    entry = low.inline[key]
+    graph = entry.graph
+    args = [low.arg(t) for t in tensors]
+    if any(_FLAT in v.axes for v in args) and not all(_FLAT in v.axes for v in args):
+        raise _Unsupported(f"{graph.name} on flattened and shaped tensors at once", "")
+    memo = {}
+    for leaf, v in zip(graph.inputs, args):
+        memo[leaf.digest] = _inline_input(low, graph, leaf, v)
+    for node in toposort([graph.loss]):
+        if node.digest in memo:
+            continue
+        if node.op == "param":
+            memo[node.digest] = low._param(entry.params[node.attr], node.kind)
+        elif not node.args:  # const, iota: the trace's columns are the loss's (checked above)
+            memo[node.digest] = node
+        elif node.op == "gather":
+            x, index = (memo[a.digest] for a in node.args)
+            idx = inp(f"__idx{len(low.index_inputs)}", ROW, "i")
+            low.index_inputs.append((idx, index))
+            memo[node.digest] = A("gather", x, idx) if x.op == "input" and x.level & COL else _push_gather(x, idx, {})
+        elif node.op in ("sum_all", "max_all") and memo[node.args[0].digest].level == SCALAR:
+            memo[node.digest] = memo[node.args[0].digest]  # a reduction of one value (a loss of scalars)
+        else:
+            memo[node.digest] = A(node.op, *[memo[a.digest] for a in node.args])
+    for (kind, extra), t in zip(entry.checks, checked):
+        low.checks.append((kind, low.arg(t).node, extra))
+    out = memo[graph.loss.digest]
+    shape = tuple(n.meta["val"].shape)
+    if graph.level == SCALAR:
+        return V(out, shape, tuple(None for _ in shape))
+    if graph.mode == "flat":  # the output is shaped as the (broadcast) inputs
+        axes = next((v.axes for v in args if v.shape == shape), None)
+    else:  # one value per row of the first per-element input
+        x = next(v for leaf, v in zip(graph.inputs, args) if leaf.level == ELEM)
+        axes = x.axes[:-1] if shape == x.shape[:-1] else tuple(None for _ in shape) if math.prod(shape) == 1 else None
+    if axes is None or _FLAT not in axes and low.norm(low.level(axes)) != low.norm(out.level):
+        raise _Unsupported(f"{graph.name} with reduction='none' of shape {list(shape)}", "")
+    return V(out, shape, axes)
+
+
+def _inline_input(low, graph, leaf, v):
+    """The lowered value `v` standing for the loss's input `leaf`, checked against its level."""
+    node = v.node
+    if leaf.kind == "f" and node.kind == "b":
+        node = A("where", node, 1.0, 0.0)
+    elif leaf.kind == "f" and node.kind == "i":
+        node = node * 1.0
+    elif leaf.kind != node.kind:
+        raise _Unsupported(f"{graph.name}'s {leaf.attr} of kind {node.kind}", "")
+    if graph.mode == "row":  # the loss's rows and columns must be the trace's
+        have = low.norm(node.level) if _FLAT in v.axes else low.norm(low.level(v.axes))
+        if _FLAT in v.axes or have != low.norm(leaf.level) or low.norm(node.level) != have or (
+                leaf.level & COL and low.base[low.k] != 1 and (not v.axes or v.axes[-1] != low.k)):
+            raise _Unsupported(f"{graph.name} over a dimension that is not the last of the loss's input "
+                               f"{list(low.base)} ({leaf.attr} of shape {list(v.shape)})", "")
+    return node
+
+
 # -- tracing and running ------------------------------------------------------------------------
 _DECOMP = None
 _warned = set()
@@ -652,19 +740,23 @@ class _Traced:
     out_dtype: torch.dtype
     cdt: torch.dtype
     base: tuple
+    consts: tuple = ()   # tensor constants: inputs len(tensors) + j
+    checks: list = ()    # (kind, IR node, extra): value checks of inlined losses (inline.CHECKS)
+    all_inputs: list = ()  # every input of the lowering (the checks may read one the loss does not)
 
 
 def _trace(module, forward, tensors, cls):
     from torch.fx.experimental.proxy_tensor import make_fx
 
     def fn(*ts):
-        return forward(module, *ts)
+        with inline.route():
+            return forward(module, *ts)
 
     try:
-        with tracing_scope(), warnings.catch_warnings():
+        with tracing_scope(), inline.scope() as calls, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             gm = make_fx(fn, decomposition_table=_decompositions(), tracing_mode="symbolic",
-                         record_stack_traces=True)(*tensors)
+                         record_stack_traces=True, _allow_non_fake_inputs=True)(*tensors)
     except TracingError:
         raise
     except Exception as exc:  # noqa: BLE001 - classify: data-dependent Python, or something else
@@ -676,6 +768,7 @@ def _trace(module, forward, tensors, cls):
             raise TracingError(_tracing_message(kind, line)) from None
         raise _Unsupported(f"{type(exc).__name__}: {exc}".split("\n")[0][:200], line) from None
     low = _Lowering(gm, tensors, cls.__name__)
+    low.inline = calls
     out = low.run()
     loss = out.node
     level = loss.level
@@ -698,7 +791,7 @@ def _trace(module, forward, tensors, cls):
     meta = low.output.meta["val"]
     return _Traced(graph, inputs, index_inputs, {node.attr: i for node, i, _ in low.inputs}, dict(low.params),
                    (R * C, C, R) if mode == "row" else (numel, 0, 0), tuple(_hint(s) for s in meta.shape), meta.dtype,
-                   cdt, base)
+                   cdt, base, tuple(low.consts), list(low.checks), list(low.inputs))
 
 
 def _eval_index(node, tensors, traced):
@@ -716,7 +809,25 @@ def _eval_index(node, tensors, traced):
     return values[node.digest].reshape(-1).long()
 
 
+def _run_checks(traced, tensors):
+    """The value checks of the trace's inlined losses (torch's errors: a class index out of range, a negative
+    var), on the inputs as the kernel takes them, before any kernel runs."""
+    values = {}
+    for node, i, how in traced.all_inputs:
+        t = tensors[i].detach()
+        if node.kind == "f":
+            t = t.to(traced.cdt)
+        if how == "expand":
+            t = t.expand(broadcast_shapes(t.shape, traced.base))
+        values[node.attr] = t.contiguous()
+    inline.run_checks(traced.checks, values, traced.params, traced.dims, traced.graph.mode)
+
+
 def _run(traced, tensors):
+    if traced.consts:
+        tensors = tuple(tensors) + traced.consts
+    if traced.checks:
+        _run_checks(traced, tensors)
     n, C, R = traced.dims
     cdt = traced.cdt
     base = traced.base
@@ -742,7 +853,22 @@ def _run(traced, tensors):
 def _signature(module, tensors):
     attrs = tuple(sorted((k, v) for k, v in vars(module).items()
                          if isinstance(v, (int, float, bool)) and not k.startswith("_")))
-    return (tuple((tuple(t.shape), t.dtype, t.requires_grad) for t in tensors), attrs, torch.is_grad_enabled())
+    return (tuple((tuple(t.shape), t.dtype, t.requires_grad) for t in tensors), attrs, torch.is_grad_enabled(),
+            _tensor_state(module))
+
+
+def _tensor_state(module):
+    """The tensors a module and its submodules hold, by identity (with requires_grad, shape and dtype):
+    a trace reads them as kernel inputs, so a new tensor in an attribute traces again."""
+    out = []
+    for d in (module._parameters, module._buffers, vars(module)):
+        for k, v in d.items():
+            if isinstance(v, torch.Tensor):
+                out.append((k, id(v), v.requires_grad, v.shape, v.dtype))
+    for sub in module._modules.values():
+        if sub is not None:
+            out.append(_tensor_state(sub))
+    return tuple(out)
 
 
 def autogen_loss(cls=None, *, strict=None):

@@ -1,0 +1,212 @@
+"""The engine's own decompositions inside @autogen_loss traces.
+
+While a custom loss is traced, a call of a loss or nonlinearity of torch.nn.functional (seen by the
+TorchFunctionMode `_Route`) or of autogen.functional goes through our functional implementation: it
+validates shapes and dtypes as on the built-in path, canonicalizes its tensors (traced ops), builds
+its Problem and, where it would call `execute`, calls `emit` instead. `emit` records the LossGraph
+and its params, and puts one `autogen::inline_loss` op into the trace; the lowering rule for that
+op (tracing.py) substitutes the graph's input leaves by the lowered values of its tensor arguments,
+its params by runtime params, and re-routes its gathers through the trace's index machinery. Checks
+torch makes on values (an out-of-range class, a negative var) cannot run on fake tensors: they are
+recorded here (`defer`) and run on the real tensors before the kernel (`run_checks`).
+"""
+import contextlib
+import sys
+import threading
+from dataclasses import dataclass, field
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from .ir import COL, ELEM, ROW, SCALAR, toposort
+from .primitives import PRIMS
+
+_lib = torch.library.Library("autogen", "FRAGMENT")
+_lib.define("inline_loss(Tensor[] tensors, Tensor[] checked, int key, SymInt[] shape, ScalarType dtype) -> Tensor")
+
+
+def _never(tensors, checked, key, shape, dtype):
+    raise RuntimeError("autogen::inline_loss stands for a loss inside an @autogen_loss trace; it never runs")
+
+
+_lib.impl("inline_loss", _never, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("autogen::inline_loss")
+def _fake(tensors, checked, key, shape, dtype):
+    return tensors[0].new_empty(shape, dtype=dtype)
+
+
+OP = torch.ops.autogen.inline_loss.default
+
+
+@dataclass
+class Entry:
+    """One loss call inside a trace: its graph, option values (sizes as their values at this trace)
+    and the value checks on the op's `checked` tensors, (kind, extra) each."""
+    graph: object
+    params: dict
+    checks: list = field(default_factory=list)
+
+
+class _Context(threading.local):
+    calls = None    # the entries of the trace in progress in this thread (None: not tracing)
+    pending = None  # checks deferred by the loss call in progress, until its emit
+
+
+_ctx = _Context()
+
+
+def active():
+    return _ctx.calls is not None
+
+
+def begin():
+    """A loss call starts (under tracing): checks of an earlier call that never emitted are dropped."""
+    _ctx.pending = []
+
+
+def defer(kind, tensor, *extra):
+    """A check torch makes on `tensor`'s values, run on the real tensor before the kernel."""
+    if _ctx.pending is None:
+        _ctx.pending = []
+    _ctx.pending.append((kind, tensor, extra))
+
+
+def emit(prob, tensors, shape):
+    """The loss `prob` over `tensors` as one op of the trace; `shape` is its reduction='none' shape."""
+    pending, _ctx.pending = _ctx.pending or [], None
+    key = len(_ctx.calls)
+    checks = [(kind, tuple(concrete(e) for e in extra)) for kind, _, extra in pending]
+    _ctx.calls.append(Entry(prob.graph, {k: concrete(v) for k, v in prob.params.items()}, checks))
+    out_shape = [] if prob.graph.level == SCALAR else list(shape)
+    return OP(list(tensors), [t for _, t, _ in pending], key, out_shape, prob.dtype)
+
+
+def _routes():
+    import torch.nn.functional as TF
+
+    from . import functional as AF
+    names = [n for n in AF.LOSSES + AF.NONLINEARITIES if n not in ("prelu", "glu")]
+    return {getattr(TF, n): getattr(AF, n) for n in names}
+
+
+_ROUTES = None
+
+
+class _Route(TorchFunctionMode):
+    """torch.nn.functional's losses and nonlinearities -> autogen.functional's (which emit under tracing)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        ours = _ROUTES.get(func)
+        if ours is None:
+            return func(*args, **kwargs)
+        args, kwargs = _arguments(func, args, kwargs)
+        if kwargs.get("inplace"):
+            return func(*args, **kwargs)  # torch's in-place op: the trace shows the mutation
+        return ours(*args, **kwargs)
+
+
+def _arguments(func, args, kwargs):
+    """The arguments of torch's call as its own frame holds them: torch's dispatch to __torch_function__
+    does not always pass them all on (l1_loss's drops `weight`). Its check is the function's first
+    statement, so the frame's locals are still the arguments as called."""
+    code = getattr(func, "__code__", None)
+    frame = sys._getframe(2) if code is not None else None
+    while frame is not None and frame.f_code is not code:
+        frame = frame.f_back
+    if frame is None:
+        return args, kwargs  # a builtin (gelu, softplus, ...): what torch passed is the call
+    names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+    local = frame.f_locals
+    return (), {name: local[name] for name in names}
+
+
+@contextlib.contextmanager
+def scope():
+    """Around make_fx: yields the list the trace's entries go to."""
+    saved, saved_pending = _ctx.calls, _ctx.pending
+    calls = _ctx.calls = []
+    _ctx.pending = None
+    try:
+        yield calls
+    finally:
+        _ctx.calls, _ctx.pending = saved, saved_pending
+
+
+def route():
+    """Inside the traced function: torch.nn.functional's losses and nonlinearities go to ours. Entered
+    there, the mode is the innermost, so it sees the user's own call first (make_fx's modes re-call a
+    function with what torch's dispatch passed on, which is not always every argument)."""
+    global _ROUTES
+    if _ROUTES is None:
+        _ROUTES = _routes()
+    return _Route()
+
+
+# -- value checks, on the real tensors before the kernel -------------------------------------------
+def evaluate(node, values, params, dims, mode):
+    """`node` computed in torch from `values` (input name -> flat tensor as the kernel takes it)."""
+    n, C, R = dims
+    row = mode == "row"
+
+    def layout(level):
+        if not row:
+            return (-1,) if level else ()
+        return {ELEM: (R, C), ROW: (R, 1), COL: (1, C), SCALAR: ()}[level]
+
+    out = {}
+    for x in toposort([node]):
+        if x.op == "input":
+            val = values[x.attr].reshape(layout(x.level))
+        elif x.op == "const":
+            val = torch.tensor(x.attr)
+        elif x.op == "param":
+            val = torch.tensor(params[x.attr])
+        elif x.op == "iota":
+            val = torch.arange(C).view(1, C)
+        else:
+            val = PRIMS[x.op].torch(*[out[a.digest] for a in x.args])
+        out[x.digest] = val
+    return out[node.digest]
+
+
+def _targets(v, C, ignore_index):  # cross_entropy / nll_loss: torch's IndexError, before any kernel
+    from .functional import _check_targets
+    _check_targets(v, C, ignore_index)
+
+
+def _margin_targets(v, C):
+    if v.numel() and bool(((v < 0) | (v >= C)).any()):
+        raise RuntimeError("target out of range")
+
+
+def _nonnegative(v):
+    if bool((v < 0).any()):
+        raise ValueError("var has negative entry/entries")
+
+
+def _unit_interval(v, what):
+    from .functional import _check_unit_interval
+    _check_unit_interval(v, what)
+
+
+CHECKS = {"targets": _targets, "margin_targets": _margin_targets, "nonnegative": _nonnegative,
+          "unit_interval": _unit_interval}
+
+
+def run_checks(checks, values, params, dims, mode):
+    """torch's errors for bad values, from the checks the trace's losses deferred: (kind, node, extra)."""
+    for kind, node, extra in checks:
+        CHECKS[kind](evaluate(node, values, params, dims, mode).detach(), *extra)
+
+
+def concrete(v):
+    """A size-derived number of the trace (SymInt, SymFloat) as its value at this trace."""
+    if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        hint = getattr(v.node, "hint", None)
+        if hint is not None:
+            return hint
+        return {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[type(v)](v)
+    return v
