@@ -871,3 +871,7 @@ glu = _act.glu
 
 NONLINEARITIES = tuple(_act.NONLINEARITIES)
 __all__ = list(LOSSES) + list(NONLINEARITIES)
+
+from .linear_loss import linear_cross_entropy  # noqa: E402 - it uses this module's checks
+
+__all__.append("linear_cross_entropy")

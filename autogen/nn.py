@@ -2,6 +2,7 @@
 from torch import nn
 
 from . import functional as F
+from .linear_loss import LinearCrossEntropyLoss  # noqa: F401 - the fused output layer loss
 
 
 def _module(name, torch_cls, fn, attrs, buffers=()):
@@ -86,7 +87,7 @@ for _name, _rec in F._act.NONLINEARITIES.items():
     globals()[_rec.module] = _BY_NAME[_name] = _cls
 
 NONLINEARITIES = [rec.module for rec in F._act.NONLINEARITIES.values()]
-__all__ = LOSSES + NONLINEARITIES + ["get_nonlinearity"]
+__all__ = LOSSES + NONLINEARITIES + ["get_nonlinearity", "LinearCrossEntropyLoss"]
 
 
 def get_nonlinearity(name, **kwargs):

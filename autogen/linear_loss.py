@@ -1,0 +1,338 @@
+"""Linear layer + cross-entropy in row chunks: the (tokens, vocab) logits never exist whole.
+
+Per chunk of rows: the logits from torch's matmul (BLAS), then one kernel pass turns them, in
+place, into their gradient and writes each row's loss (kernels/linear.py), then the chunk's input
+gradient (dlogits @ weight) and the weight and bias gradients' accumulation (dlogits.T @ input).
+The gradients of a scalar loss are thus complete when the forward returns; backward only scales
+them by grad_output (and skips that when it is 1), as the fused losses do. reduction='none' cannot
+know each row's grad_output in the forward: its forward computes the losses only, and backward runs
+the chunks again with grad_output as each row's factor.
+
+Memory beyond the gradients themselves: one chunk of logits (CHUNK_BYTES), in float32 for
+bfloat16 and float16 inputs. bfloat16 matmuls run in bfloat16 (oneDNN: float32 accumulation, 2.5x
+float32's speed on AVX512-BF16), the loss and the weight gradient's sum over chunks in float32;
+float16 runs in float32 (a copy of the weight), as the CPU's float16 matmul is 3x slower than float32's.
+"""
+import math
+import warnings
+
+import numpy as np
+import torch
+import torch.nn.functional as TF
+
+from . import policies as _policy
+from .executor import _transformed, split_run
+from .functional import _first_bad_target, _int_arg, _tname
+
+OP = "linear_cross_entropy"
+CHUNK_BYTES = 64 << 20  # the chunk's logits workspace: 512 rows at 32K classes in float32
+_REDUCTIONS = ("none", "mean", "sum")
+_warned = set()
+
+
+def chunk_rows(N, V, dtype, chunk_size=None):
+    """Rows per chunk: `chunk_size`, or as many as CHUNK_BYTES holds, evened out over the chunks
+    (2048 rows at 600 per chunk run as 4 chunks of 512, not 3 of 600 and one of 248)."""
+    if chunk_size is not None:
+        return max(1, min(chunk_size, N))
+    per_row = V * {torch.bfloat16: 6, torch.float64: 8}.get(dtype, 4)  # bf16: float32 logits, bf16 gradient
+    rows = max(1, CHUNK_BYTES // max(per_row, 1))
+    if rows >= N:
+        return max(N, 1)
+    return -(-N // -(-N // rows))
+
+
+class _Opts:
+    """One call's options, and what its forward leaves for backward."""
+    __slots__ = ("ignore", "eps", "zl", "cap", "reduction", "chunk", "path", "reason", "z_out")
+
+    def __init__(self, **kw):
+        for k in self.__slots__:
+            setattr(self, k, kw.get(k))
+
+
+def _gemm_dtype(dtype):
+    return torch.float32 if dtype == torch.float16 else dtype
+
+
+def _step_kernel(z, t, o, f, want_grad):
+    """The chunk's loss and lse per row, and its gradient over z, by the handwritten kernel."""
+    from .kernels import linear as K
+    n, V = z.shape
+    F = K.NP[z.dtype]
+    rows = K.ce_rows(F, want_grad, o.eps != 0.0, o.cap is not None, o.zl != 0.0)
+    loss = np.empty(n, np.float64)
+    lse = np.empty(n, F)
+    split_run(rows, n, (z.view(-1).numpy(), V, t.numpy(), o.ignore, f.numpy(), o.eps, o.zl,
+                        F(o.cap if o.cap is not None else 1.0), loss, lse), work=n * V)
+    return torch.from_numpy(loss), torch.from_numpy(lse)
+
+
+def _step(z, t, o, f, want_grad):
+    if o.path == "fallback":
+        from .kernels.linear import ce_rows_torch
+        return ce_rows_torch(z, t, o.ignore, f, o.eps, o.zl, o.cap, want_grad)
+    try:
+        return _step_kernel(z, t, o, f, want_grad)
+    except Exception as exc:  # noqa: BLE001 - a numba typing/lowering failure: torch ops from here on
+        if not type(exc).__module__.startswith("numba") or _policy.get_strict():
+            raise
+        if OP not in _warned:
+            _warned.add(OP)
+            warnings.warn(f"autogen: kernel for {OP} failed ({type(exc).__name__}: {exc}); using torch ops",
+                          RuntimeWarning, stacklevel=4)
+        o.path, o.reason = "fallback", f"kernel failed: {exc}"
+        return _step(z, t, o, f, want_grad)
+
+
+def run_chunks(h, W, b, t, o, f, needs):
+    """Loss rows (float64, N) and lse rows, and the gradients (input, weight, bias) that `needs` asks
+    for, each row's gradient times f[row]. h (N, H), W (V, H), b (V,) or None, t (N,) int64."""
+    N, H = h.shape
+    V = W.shape[0]
+    cdt = torch.float64 if h.dtype == torch.float64 else torch.float32
+    gdt = _gemm_dtype(h.dtype)
+    want_grad = any(needs)
+    need_x, need_w, need_b = needs
+    Wg = W if W.dtype == gdt else W.to(gdt)
+    bg = None if b is None else b if b.dtype == gdt else b.to(gdt)
+    rows = chunk_rows(N, V, h.dtype, o.chunk)
+    z_all = torch.empty(rows, V, dtype=cdt)
+    g_all = torch.empty(rows, V, dtype=gdt) if gdt != cdt else None
+    loss = torch.empty(N, dtype=torch.float64)
+    lse = torch.empty(N, dtype=cdt)
+    dx = torch.empty(N, H, dtype=gdt) if need_x else None
+    dw = torch.zeros(V, H, dtype=cdt) if need_w else None
+    db = torch.zeros(V, dtype=cdt) if need_b else None
+    for s in range(0, N, rows):
+        e = min(s + rows, N)
+        hc = h[s:e] if h.dtype == gdt else h[s:e].to(gdt)
+        z = z_all[:e - s]
+        mm = z if g_all is None else g_all[:e - s]
+        if bg is None:
+            torch.mm(hc, Wg.t(), out=mm)
+        else:
+            torch.addmm(bg, hc, Wg.t(), out=mm)
+        if mm is not z:
+            z.copy_(mm)
+        loss[s:e], lse[s:e] = _step(z, t[s:e], o, f[s:e], want_grad)
+        if not want_grad:
+            continue
+        g = z if g_all is None else mm.copy_(z)
+        if need_x:
+            torch.mm(g, Wg, out=dx[s:e])
+        if need_w:
+            if g_all is None:
+                dw.addmm_(g.t(), hc)
+            else:  # bfloat16 partial product, summed over chunks in float32
+                dw.add_(torch.mm(g.t(), hc))
+        if need_b:
+            db.add_(z.sum(0))
+    grads = [None if g is None else g.to(like.dtype) for g, like in ((dx, h), (dw, W), (db, b))]
+    return loss, lse, grads
+
+
+def _note(o, phase):
+    _policy.note(OP, o.path, o.path != "fallback", phase, o.reason)
+
+
+def _reduce(rows, o, count):
+    if o.reduction == "none":
+        return rows
+    total = rows.sum()
+    return total / count if o.reduction == "mean" else total
+
+
+def _factors(t, o):
+    """Each row's gradient factor in a scalar loss's forward, and the mean's denominator."""
+    count = int((t != o.ignore).sum()) if o.reduction == "mean" else 1
+    f = 1.0 / count if count else math.inf  # all rows ignored: every row's gradient is 0 anyway
+    return torch.full(t.shape, f if o.reduction == "mean" else 1.0, dtype=torch.float64), count
+
+
+def _forward(h, W, b, t, o, needs):
+    """The loss (float64 scalar, or float64 rows for 'none') and, for a scalar loss, its gradients."""
+    f, count = _factors(t, o)
+    scalar = o.reduction != "none"
+    loss, lse, grads = run_chunks(h, W, b, t, o, f, needs if scalar else (False,) * 3)
+    if o.z_out is not None:
+        zrows = torch.where(t != o.ignore, o.zl * lse.double() ** 2, 0.0)
+        o.z_out.append(_reduce(zrows, o, count))
+    return _reduce(loss, o, count), grads
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    """The gradients a scalar loss's forward wrote are handed to autograd in backward and let go of here
+    (AccumulateGrad takes a gradient as .grad without a copy only when nothing else holds it); a second
+    backward through a retained graph runs the chunks again."""
+
+    @staticmethod
+    def forward(ctx, h, W, b, t, o):
+        ctx.o = o
+        ctx.needs = tuple(ctx.needs_input_grad[:3])
+        out, grads = _forward(h, W, b, t, o, ctx.needs)
+        _note(o, "forward")
+        ctx.grads = grads if o.reduction != "none" else None
+        ctx.save_for_backward(h, W, b, t)
+        return out.to(h.dtype)
+
+    @staticmethod
+    def backward(ctx, gout):
+        o = ctx.o
+        h, W, b, t = ctx.saved_tensors  # torch's error if one changed in place since the forward
+        if torch.is_grad_enabled():  # create_graph=True: the gradient as torch ops, differentiable again
+            with torch.enable_grad():
+                ins = [x for x, need in zip((h, W, b), ctx.needs) if need]
+                out = reference(h, W, t, b, o)
+                got = iter(torch.autograd.grad(out, ins, gout, create_graph=True))
+            _policy.note(OP, "fallback", False, "backward", "create_graph: torch ops")
+            return (*[next(got) if need else None for need in ctx.needs], None, None)
+        _note(o, "backward")
+        if o.reduction == "none":
+            f = gout.detach().reshape(-1).to(torch.float64)
+            grads = run_chunks(h, W, b, t, o, f, ctx.needs)[2]
+        else:
+            grads, ctx.grads = ctx.grads, None
+            if grads is None:  # handed over by an earlier backward: compute them again
+                grads = _forward(h, W, b, t, o, ctx.needs)[1]
+            if gout.item() != 1.0:  # not in place: autograd owns nothing else of ours
+                grads = [None if g is None else g * gout.to(g.dtype) for g in grads]
+        return (*grads, None, None)
+
+
+def reference(h, W, t, b, o):
+    """The loss as torch ops on the whole logits (torch.func transforms, create_graph, non-CPU tensors)."""
+    logits = TF.linear(h, W, b)
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    if o.cap is not None:
+        logits = o.cap * torch.tanh(logits / o.cap)
+    rows = TF.cross_entropy(logits, t, ignore_index=o.ignore, label_smoothing=o.eps, reduction="none")
+    valid = t != o.ignore
+    if o.zl:
+        rows = rows + torch.where(valid, o.zl * torch.logsumexp(logits, dim=-1) ** 2, 0.0)
+    if o.reduction == "none":
+        return rows.to(h.dtype)
+    total = rows.sum()
+    return (total / valid.sum() if o.reduction == "mean" else total).to(h.dtype)
+
+
+def _check(input, weight, target, bias, reduction, label_smoothing, softcap, chunk_size):
+    """torch's errors for what F.linear and F.cross_entropy refuse; ours for the options they lack."""
+    for pos, (name, x) in enumerate((("input", input), ("weight", weight), ("target", target)), 1):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{OP}(): argument '{name}' (position {pos}) must be Tensor, not {type(x).__name__}")
+    if bias is not None and not isinstance(bias, torch.Tensor):
+        raise TypeError(f"{OP}(): argument 'bias' must be Tensor, not {type(bias).__name__}")
+    if input.dim() == 0 or weight.dim() != 2:
+        raise RuntimeError(f"{OP}: expected an input of 1 or more dimensions and a 2-D weight, got "
+                           f"{input.dim()}-D and {weight.dim()}-D")
+    if input.shape[-1] != weight.shape[1]:
+        rows = input.numel() // input.shape[-1] if input.shape[-1] else 0
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({rows}x{input.shape[-1]} and "
+                           f"{weight.shape[1]}x{weight.shape[0]})")
+    if input.dtype != weight.dtype:
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {_tname(input.dtype)} != "
+                           f"{_tname(weight.dtype)}")
+    if not input.is_floating_point():
+        raise NotImplementedError(f"\"{OP}\" not implemented for '{_tname(input.dtype)}'")
+    if bias is not None and (bias.shape != weight.shape[:1] or bias.dtype != input.dtype):
+        raise RuntimeError(f"{OP}: bias of shape {list(bias.shape)} and dtype {_tname(bias.dtype)} does not match "
+                           f"the weight's {weight.shape[0]} classes of {_tname(weight.dtype)}")
+    if target.dtype not in (torch.int64, torch.uint8):
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {_tname(target.dtype)}")
+    if target.shape != input.shape[:-1]:
+        if input.dim() == 2 and target.dim() == 1:
+            raise ValueError(f"Expected input batch_size ({input.size(0)}) to match target batch_size "
+                             f"({target.size(0)}).")
+        raise RuntimeError(f"Expected target size {list(input.shape[:-1])}, got {list(target.shape)}")
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    if label_smoothing > 1.0:
+        raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
+    if softcap is not None and not softcap > 0:
+        raise ValueError(f"{OP}: softcap must be a positive number or None, got {softcap}")
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
+        raise ValueError(f"{OP}: chunk_size must be a positive int or None, got {chunk_size!r}")
+
+
+def linear_cross_entropy(input, weight, target, bias=None, *, ignore_index=-100, label_smoothing=0.0,
+                         reduction="mean", z_loss=0.0, softcap=None, chunk_size=None, return_z_loss=False,
+                         use_autogen=True):
+    """F.cross_entropy(F.linear(input, weight, bias), target) over input (*, H), target (*), weight (V, H),
+    without the (*, V) logits: rows run in chunks (`chunk_size` rows, default from CHUNK_BYTES).
+    z_loss adds z_loss * logsumexp(logits) ** 2 per row not ignored; softcap replaces the logits by
+    softcap * tanh(logits / softcap) first. return_z_loss=True returns (loss, z term), the z term
+    reduced as the loss and not differentiable (for logging). use_autogen=False runs each chunk's
+    loss in torch ops instead of the kernel (path 'fallback'); the chunking is the same."""
+    _check(input, weight, target, bias, reduction, label_smoothing, softcap, chunk_size)
+    ignore = _int_arg("cross_entropy_loss", "ignore_index", 5, ignore_index)
+    V = weight.shape[0]
+    t = target.detach().reshape(-1).long().contiguous()
+    transformed = _transformed((input, weight) if bias is None else (input, weight, bias))
+    if t.numel() and t.device.type == "cpu" and not transformed:  # else torch's cross_entropy checks
+        i = _first_bad_target(t.numpy(), V, ignore)
+        if i >= 0:
+            raise IndexError(f"Target {int(t[i])} is out of bounds.")
+    path, reason = "handwritten", f"policy {_policy.get_policy()}: handwritten chunk kernel"
+    if not use_autogen:
+        path, reason = "fallback", "use_autogen=False: torch ops per chunk"
+    o = _Opts(ignore=ignore, eps=float(label_smoothing), zl=float(z_loss),
+              cap=None if softcap is None else float(softcap), reduction=reduction, chunk=chunk_size,
+              path=path, reason=reason, z_out=[] if return_z_loss else None)
+    h = input.reshape(-1, input.shape[-1])
+    if transformed or input.device.type != "cpu" \
+            or h.shape[0] == 0 or V == 0:
+        out = reference(h, weight, t, bias, o)
+        _policy.note(OP, "fallback", False, "forward", "torch.func, forward AD, non-CPU or empty: torch ops")
+        z = None
+        if return_z_loss:
+            with torch.no_grad():
+                z = _z_term(h, weight, t, bias, o)
+        return _finish(out, target, reduction, z)
+    h = h if h.is_contiguous() or h.stride(-1) == 1 else h.contiguous()
+    if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (input, weight, bias)):
+        out = _LinearCrossEntropy.apply(h, weight, bias, t, o)
+    else:
+        with torch.no_grad():
+            out = _forward(h, weight, bias, t, o, (False,) * 3)[0].to(input.dtype)
+        _note(o, "forward")
+    return _finish(out, target, reduction, o.z_out[0].to(input.dtype) if return_z_loss else None)
+
+
+def _z_term(h, W, t, b, o):
+    logits = TF.linear(h, W, b).float()
+    if o.cap is not None:
+        logits = o.cap * torch.tanh(logits / o.cap)
+    valid = t != o.ignore
+    rows = torch.where(valid, o.zl * torch.logsumexp(logits, dim=-1) ** 2, 0.0)
+    out = rows if o.reduction == "none" else rows.sum() / valid.sum() if o.reduction == "mean" else rows.sum()
+    return out.to(h.dtype)
+
+
+def _finish(out, target, reduction, z):
+    if reduction == "none":
+        out = out.view(target.shape)
+        z = None if z is None else z.view(target.shape)
+    return out if z is None else (out, z)
+
+
+class LinearCrossEntropyLoss(torch.nn.Module):
+    """linear_cross_entropy as a module. It holds no weight: the model's output layer passes its own,
+    `loss_fn(hidden, model.lm_head.weight, target, model.lm_head.bias)`."""
+
+    def __init__(self, ignore_index=-100, label_smoothing=0.0, reduction="mean", z_loss=0.0, softcap=None,
+                 chunk_size=None, use_autogen=True):
+        super().__init__()
+        self.ignore_index, self.label_smoothing, self.reduction = ignore_index, label_smoothing, reduction
+        self.z_loss, self.softcap, self.chunk_size, self.use_autogen = z_loss, softcap, chunk_size, use_autogen
+
+    def forward(self, input, weight, target, bias=None):
+        return linear_cross_entropy(input, weight, target, bias, ignore_index=self.ignore_index,
+                                    label_smoothing=self.label_smoothing, reduction=self.reduction,
+                                    z_loss=self.z_loss, softcap=self.softcap, chunk_size=self.chunk_size,
+                                    use_autogen=self.use_autogen)
+
+    def extra_repr(self):
+        opts = ("ignore_index", "label_smoothing", "reduction", "z_loss", "softcap", "chunk_size", "use_autogen")
+        return ", ".join(f"{k}={getattr(self, k)!r}" for k in opts)

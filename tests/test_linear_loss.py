@@ -1,0 +1,265 @@
+"""linear_cross_entropy against torch: F.cross_entropy(F.linear(...)), z-loss and softcap in torch ops."""
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import autogen
+from autogen import linear_loss as LL
+from autogen.functional import linear_cross_entropy
+
+N, H, V = 37, 16, 29  # 37 rows: chunk sizes 8 and 5 leave a ragged last chunk, 37 and 64 one chunk
+
+
+def torch_reference(h, W, t, b=None, ignore_index=-100, label_smoothing=0.0, reduction="mean", z_loss=0.0,
+                    softcap=None):
+    logits = TF.linear(h, W, b)
+    if logits.dtype == torch.bfloat16:
+        logits = logits.float()
+    if softcap is not None:
+        logits = softcap * torch.tanh(logits / softcap)
+    loss = TF.cross_entropy(logits, t, ignore_index=ignore_index, label_smoothing=label_smoothing,
+                            reduction=reduction)
+    if z_loss:
+        valid = t != ignore_index
+        z = torch.where(valid, z_loss * torch.logsumexp(logits, -1) ** 2, 0.0)
+        loss = loss + (z if reduction == "none" else z.sum() / valid.sum() if reduction == "mean" else z.sum())
+    return loss
+
+
+def make(dtype=torch.float64, n=N, bias=True, ignored=True, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(n, H, generator=g, dtype=torch.float64).to(dtype)
+    W = (torch.randn(V, H, generator=g, dtype=torch.float64) * 0.5).to(dtype)
+    b = torch.randn(V, generator=g, dtype=torch.float64).to(dtype) if bias else None
+    t = torch.randint(0, V, (n,), generator=g)
+    if ignored:
+        t[::5] = -100
+    return h, W, b, t
+
+
+def grads(fn, h, W, b, t, gout=None, **kw):
+    leaves = [x.detach().clone().requires_grad_() for x in (h, W) + ((b,) if b is not None else ())]
+    out = fn(leaves[0], leaves[1], t, leaves[2] if b is not None else None, **kw)
+    g = torch.autograd.grad(out, leaves, gout if gout is not None else torch.ones_like(out))
+    return out.detach(), g
+
+
+OPTIONS = [dict(), dict(label_smoothing=0.1), dict(z_loss=1e-2), dict(softcap=2.5),
+           dict(label_smoothing=0.2, z_loss=0.1, softcap=3.0), dict(ignore_index=3)]
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("opts", OPTIONS, ids=lambda o: ",".join(o) or "plain")
+@pytest.mark.parametrize("bias,chunk", [(True, 8), (False, 5), (True, None)])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_values_and_grads(dtype, bias, chunk, opts, reduction):
+    h, W, b, t = make(dtype, bias=bias)
+    if opts.get("ignore_index") == 3:
+        t[(t == 3) | (t < 0)] = 4
+        t[1::6] = 3
+    gout = torch.rand(N, dtype=dtype) + 0.5 if reduction == "none" else torch.tensor(0.75, dtype=dtype)
+    with autogen.record() as rec:
+        out, got = grads(linear_cross_entropy, h, W, b, t, gout, reduction=reduction, chunk_size=chunk, **opts)
+    ref, want = grads(torch_reference, h, W, b, t, gout, reduction=reduction, **opts)
+    tol = dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else {}
+    torch.testing.assert_close(out, ref, **tol)
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a, e, **tol)
+    assert {(c.op, c.path, c.fused, c.phase) for c in rec.calls} == \
+        {("linear_cross_entropy", "handwritten", True, "forward"), ("linear_cross_entropy", "handwritten", True,
+                                                                      "backward")}
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 36, 37, 1000])
+def test_chunk_sizes(chunk):
+    h, W, b, t = make(torch.float64)
+    out, got = grads(linear_cross_entropy, h, W, b, t, chunk_size=chunk, label_smoothing=0.1, z_loss=0.05)
+    ref, want = grads(torch_reference, h, W, b, t, label_smoothing=0.1, z_loss=0.05)
+    torch.testing.assert_close(out, ref)
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a, e)
+
+
+@pytest.mark.parametrize("opts", [dict(), dict(label_smoothing=0.1, z_loss=1e-3, softcap=4.0)],
+                         ids=["plain", "all"])
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_bfloat16(opts, reduction):
+    """bf16 in, bf16 matmuls, float32 loss and weight-gradient sums: within bf16 of float64's answer."""
+    h, W, b, t = make(torch.bfloat16, n=64)
+    out, got = grads(linear_cross_entropy, h, W, b, t, reduction=reduction, chunk_size=24, **opts)
+    assert out.dtype == torch.bfloat16 and all(g.dtype == torch.bfloat16 for g in got)
+    ref, want = grads(torch_reference, *(x.double() for x in (h, W, b)), t, reduction=reduction, **opts)
+    tol = dict(rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(out.double(), ref, **tol)
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a.double(), e, **tol)
+
+
+def test_float16():
+    h, W, b, t = make(torch.float16, n=20)
+    out, got = grads(linear_cross_entropy, h, W, b, t, chunk_size=6)
+    ref, want = grads(torch_reference, *(x.double() for x in (h, W, b)), t)
+    torch.testing.assert_close(out.double(), ref, rtol=2e-3, atol=2e-3)
+    for a, e in zip(got, want):
+        assert a.dtype == torch.float16
+        torch.testing.assert_close(a.double(), e, rtol=2e-3, atol=2e-3)
+
+
+def test_use_autogen_false_runs_torch_ops_per_chunk():
+    h, W, b, t = make(torch.float64)
+    with autogen.record() as rec:
+        out, got = grads(linear_cross_entropy, h, W, b, t, chunk_size=8, softcap=2.0, use_autogen=False)
+    ref, want = grads(torch_reference, h, W, b, t, softcap=2.0)
+    torch.testing.assert_close(out, ref)
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a, e)
+    assert {(c.path, c.fused) for c in rec.calls} == {("fallback", False)}
+
+
+def test_grads_are_the_forwards_and_grad_output_one_is_not_copied():
+    """loss.backward() with grad_output 1 hands the forward's gradients over; a retained graph's second
+    backward computes them again (and accumulates as torch does)."""
+    h, W, b, t = make(torch.float64)
+    leaves = [x.clone().requires_grad_() for x in (h, W, b)]
+    loss = linear_cross_entropy(leaves[0], leaves[1], t, leaves[2], chunk_size=10)
+    loss.backward(retain_graph=True)
+    first = [x.grad.clone() for x in leaves]
+    loss.backward()
+    ref, want = grads(torch_reference, h, W, b, t)
+    for x, f, e in zip(leaves, first, want):
+        torch.testing.assert_close(f, e)
+        torch.testing.assert_close(x.grad, 2 * e)
+
+
+def test_some_inputs_without_grad_and_no_grad():
+    h, W, b, t = make(torch.float64)
+    Wr = W.clone().requires_grad_()
+    out = linear_cross_entropy(h, Wr, t, b, z_loss=0.1)
+    (gw,) = torch.autograd.grad(out, Wr)
+    Wt = W.clone().requires_grad_()
+    (want,) = torch.autograd.grad(torch_reference(h, Wt, t, b, z_loss=0.1), Wt)
+    torch.testing.assert_close(gw, want)
+    with torch.no_grad():
+        torch.testing.assert_close(linear_cross_entropy(h, W, t, b), torch_reference(h, W, t, b))
+
+
+def test_create_graph_second_order():
+    h, W, b, t = make(torch.float64, n=6)
+    hx = h.clone().requires_grad_()
+    (g,) = torch.autograd.grad(linear_cross_entropy(hx, W, t, b, softcap=3.0), hx, create_graph=True)
+    (gg,) = torch.autograd.grad(g.square().sum(), hx)
+    hr = h.clone().requires_grad_()
+    (gr,) = torch.autograd.grad(torch_reference(hr, W, t, b, softcap=3.0), hr, create_graph=True)
+    (ggr,) = torch.autograd.grad(gr.square().sum(), hr)
+    torch.testing.assert_close(g, gr)
+    torch.testing.assert_close(gg, ggr)
+
+
+def test_leading_dims_z_loss_return_and_module():
+    h, W, b, t = make(torch.float64, n=24)
+    h3, t3 = h.view(4, 6, H), t.view(4, 6)
+    loss_fn = autogen.nn.LinearCrossEntropyLoss(reduction="none", z_loss=0.01, chunk_size=7)
+    assert "z_loss=0.01" in repr(loss_fn) and not list(loss_fn.parameters())
+    out = loss_fn(h3, W, t3, b)
+    assert out.shape == (4, 6)
+    torch.testing.assert_close(out.view(-1), torch_reference(h, W, t, b, reduction="none", z_loss=0.01))
+    loss, z = linear_cross_entropy(h, W, t, b, z_loss=0.01, return_z_loss=True)
+    valid = t != -100
+    logits = TF.linear(h, W, b)
+    torch.testing.assert_close(z, (0.01 * torch.logsumexp(logits, -1)[valid] ** 2).mean())
+    torch.testing.assert_close(loss, torch_reference(h, W, t, b, z_loss=0.01))
+
+
+def test_all_rows_ignored():
+    h, W, b, t = make(torch.float64, n=4)
+    t[:] = -100
+    for reduction in ("mean", "sum"):
+        out, got = grads(linear_cross_entropy, h, W, b, t, reduction=reduction)
+        ref, want = grads(torch_reference, h, W, b, t, reduction=reduction)
+        torch.testing.assert_close(out, ref, equal_nan=True)
+        for a, e in zip(got, want):
+            torch.testing.assert_close(a, e)
+
+
+def test_chunk_rows_from_the_budget():
+    assert LL.chunk_rows(2048, 32768, torch.float32) == 512
+    assert LL.chunk_rows(2100, 32768, torch.float32) == 420   # 5 even chunks, not 4 of 512 and one of 52
+    assert LL.chunk_rows(100, 32768, torch.float32) == 100
+    assert LL.chunk_rows(100, 10, torch.float32, chunk_size=7) == 7
+    assert LL.chunk_rows(5, 10, torch.float32, chunk_size=70) == 5
+
+
+BAD = [
+    (lambda h, W, b, t: (h[:, :-1], W, t), RuntimeError, "cannot be multiplied"),
+    (lambda h, W, b, t: (h, W, t[:-1]), ValueError, "batch_size"),
+    (lambda h, W, b, t: (h, W, torch.where(t == 2, V, t)), IndexError, f"Target {V} is out of bounds"),
+    (lambda h, W, b, t: (h, W, torch.where(t == 2, -3, t)), IndexError, "Target -3 is out of bounds"),
+    (lambda h, W, b, t: (h, W, t.double()), RuntimeError, "Long or Byte"),
+    (lambda h, W, b, t: (h, W.float(), t), RuntimeError, "same dtype"),
+    (lambda h, W, b, t: (h, W, t, b[:-1]), RuntimeError, "bias"),
+    (lambda h, W, b, t: (h.long(), W.long(), t), NotImplementedError, "not implemented"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(BAD)))
+def test_bad_inputs_raise_torchs_errors(case):
+    build, exc, match = BAD[case]
+    h, W, b, t = make(torch.float64)
+    t[t == 2] = 1
+    t[0] = 2
+    args = build(h, W, b, t)
+    with pytest.raises(exc, match=match):
+        linear_cross_entropy(*args)
+    if exc in (ValueError, IndexError):  # torch raises the same type for the same input
+        with pytest.raises(exc):
+            torch_reference(*args)
+
+
+@pytest.mark.parametrize("kw,exc", [(dict(reduction="avg"), ValueError), (dict(label_smoothing=1.5), RuntimeError),
+                                    (dict(softcap=0.0), ValueError), (dict(chunk_size=0), ValueError),
+                                    (dict(ignore_index=1.5), TypeError)])
+def test_bad_options(kw, exc):
+    h, W, b, t = make(torch.float64)
+    with pytest.raises(exc):
+        linear_cross_entropy(h, W, t, b, **kw)
+
+
+def test_policies_all_run_the_kernel():
+    h, W, b, t = make(torch.float32)
+    for name in autogen.POLICIES:
+        with autogen.policy(name), autogen.record() as rec:
+            grads(linear_cross_entropy, h, W, b, t)
+        assert {c.path for c in rec.calls} == {"handwritten"}, (name, rec.calls)
+
+
+def test_torch_func_grad_runs_torch_ops():
+    h, W, b, t = make(torch.float64, n=8)
+    g = torch.func.grad(lambda x: linear_cross_entropy(x, W, t, b, z_loss=0.1))(h)
+    hr = h.clone().requires_grad_()
+    (want,) = torch.autograd.grad(torch_reference(hr, W, t, b, z_loss=0.1), hr)
+    torch.testing.assert_close(g, want)
+
+
+def test_extreme_logits_finite():
+    """Large logits (1e4 apart) stay finite: the kernel subtracts each row's max."""
+    h, W, b, t = make(torch.float32, n=8, ignored=False)
+    out, got = grads(linear_cross_entropy, h * 1e3, W, b, t)
+    ref, want = grads(torch_reference, h * 1e3, W, b, t)
+    assert torch.isfinite(out) and all(torch.isfinite(g).all() for g in got)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-3)
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a, e, rtol=1e-2, atol=1e-1)  # |dW| ~ 100: float32's lse at 1e4 is off by 1e-3
+
+
+def test_options_table_covers_combinations():
+    """Every pair of options at once, float64, one chunk size that does not divide the rows."""
+    for ls, zl, cap in itertools.product((0.0, 0.3), (0.0, 0.02), (None, 1.5)):
+        h, W, b, t = make(torch.float64, seed=int(ls * 10 + zl * 100 + (cap or 0)))
+        kw = dict(label_smoothing=ls, z_loss=zl, softcap=cap)
+        out, got = grads(linear_cross_entropy, h, W, b, t, chunk_size=11, **kw)
+        ref, want = grads(torch_reference, h, W, b, t, **kw)
+        torch.testing.assert_close(out, ref)
+        for a, e in zip(got, want):
+            torch.testing.assert_close(a, e)
