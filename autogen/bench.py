@@ -492,26 +492,41 @@ class FocalLoss(torch.nn.Module):
         return (-(1 - logpt.exp()) ** self.gamma * logpt).mean()
 
 
-def bench_custom(n_elems, reps):
-    r = max(n_elems // 512, 1)
-    x = torch.randn(r, 512, requires_grad=True)
-    cases = [(RobustLoss, [x, torch.randn(r, 512)]), (SmoothedClassification, [x, torch.randint(0, 512, (r,))]),
-             (FocalLoss, [x, torch.randint(0, 512, (r,))])]
+def bench_custom(n_elems, reps, compile=True):
+    """The custom-loss corpus (autogen.corpus) at about n_elems elements: eager module, the fused kernel
+    (policy medium: every corpus loss is fused), and torch.compile (Inductor) of the module."""
+    from .corpus import CORPUS, make
+    cols = 512
+    rows = max(n_elems // cols, 1)
     print()
-    print(f"custom losses (@autogen_loss), {r}x512, forward+backward, median of {reps} interleaved repetitions")
-    head = f"{'loss':24s} {'eager ms':>9s} {'fused ms':>9s} {'eager/fused':>11s}"
+    print(f"custom losses (@autogen_loss, autogen/corpus.py), {rows}x{cols}, forward+backward, median of {reps} "
+          "interleaved repetitions")
+    head = f"{'loss':24s} {'eager ms':>9s} {'fused ms':>9s} {'compile ms':>10s} {'eager/fused':>11s} {'compile/fused':>13s}"
     print(head)
     print("-" * len(head))
-    rows = []
-    for cls, args in cases:
-        fused = cls(use_autogen=True)
-        res = measure({"eager": fwd_bwd(cls(), args),
-                       "fused": fwd_bwd(lambda *a: _under_policy("medium", lambda: fused(*a)), args)}, reps)
-        eager, fz = res["eager"]["median"], res["fused"]["median"]
-        rows.append({"loss": cls.__name__, "eager_ms": eager * 1e3, "fused_ms": fz * 1e3,
-                     "eager_over_fused": eager / fz})
-        print(f"{cls.__name__:24s} {eager * 1e3:9.2f} {fz * 1e3:9.2f} {eager / fz:10.2f}x")
-    return rows
+    out = []
+    _raise_recompile_limit()
+    for entry in CORPUS:
+        torch.manual_seed(0)
+        args = [a.requires_grad_(i in entry.diff) for i, a in enumerate(make(entry.kind, torch.float32, rows, cols))]
+        fused = entry.cls(use_autogen=True)
+        fns = {"eager": fwd_bwd(entry.cls(), args),
+               "fused": fwd_bwd(lambda *a, _m=fused: _under_policy("medium", lambda: _m(*a)), args)}
+        if compile:
+            fns["compile"] = fwd_bwd(torch.compile(entry.cls(), dynamic=False), args)
+        res = measure(fns, reps)
+        e, f = res["eager"]["median"], res["fused"]["median"]
+        c = res["compile"]["median"] if compile else float("nan")
+        out.append({"loss": entry.cls.__name__, "eager_ms": e * 1e3, "fused_ms": f * 1e3, "compile_ms": c * 1e3,
+                    "eager_over_fused": e / f, "compile_over_fused": c / f})
+        print(f"{entry.cls.__name__:24s} {e * 1e3:9.2f} {f * 1e3:9.2f} {c * 1e3:10.2f} {e / f:10.2f}x {c / f:12.2f}x")
+    geo_e = _geo([r["eager_over_fused"] for r in out])
+    slower = [r["loss"] for r in out if r["eager_over_fused"] < 1]
+    line = f"geometric mean: eager/fused {geo_e:.2f}x"
+    if compile:
+        line += f", compile/fused {_geo([r['compile_over_fused'] for r in out]):.2f}x"
+    print(line + (f"; slower than eager: {', '.join(slower)}" if slower else "; none slower than eager"))
+    return out
 
 
 # -- main --------------------------------------------------------------------------------------
@@ -539,6 +554,7 @@ def main(argv=None):
     ap.add_argument("--nonlinearities", nargs="*", default=None, help="nonlinearities to time (default: all)")
     ap.add_argument("--no-nonlinearities", action="store_true", help="skip the nonlinearity table")
     ap.add_argument("--no-custom", action="store_true", help="skip the custom-loss table")
+    ap.add_argument("--custom", action="store_true", help="only the custom-loss table (autogen/corpus.py), ~2M elements")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (Inductor)")
     ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
     ap.add_argument("--no-plot", action="store_true", help="skip speedup.png")
@@ -546,6 +562,13 @@ def main(argv=None):
                     help="directory for bench.csv/.json, losses.csv/.json, nonlinearities.csv, speedup.png")
     args = ap.parse_args(argv)
     reps = 5 if args.quick else 15
+    if args.custom:  # the custom-loss section alone, at about 2M elements unless --elems says otherwise
+        elems = args.elems if args.elems != 1 << 22 else 1 << 21
+        rows = bench_custom(elems, reps, compile=not args.no_compile)
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "custom.json"), "w") as f:
+            json.dump({"elements": elems, "threads": torch.get_num_threads(), "rows": rows}, f, indent=1)
+        return
     sizes = SWEEP if args.sweep else (args.sizes or [args.elems])
     main_size = args.elems if args.elems in sizes else max(sizes)
     nl_names = [] if args.no_nonlinearities else (args.nonlinearities or list(AF.NONLINEARITIES))
@@ -602,7 +625,7 @@ def main(argv=None):
     print("fused/autogen = our generated kernel (policy aggressive); default = policy medium (a handwritten "
           "kernel where one exists, torch's own below the size threshold); primitive = use_autogen=False (op by op; "
           "policy medium, so below the size threshold torch's own loss: NLL at 4M)")
-    custom_rows = [] if args.no_custom else bench_custom(main_size, reps)
+    custom_rows = [] if args.no_custom else bench_custom(main_size, reps, compile=not args.no_compile)
 
     out = args.out
     os.makedirs(out, exist_ok=True)
