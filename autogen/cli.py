@@ -1,7 +1,6 @@
 """The `autogen` command line (also `python -m autogen`)."""
 import argparse
 import os
-import shutil
 import sys
 
 import torch
@@ -149,21 +148,29 @@ def cmd_precompile(args):
 
 
 def cmd_cache(args):
+    from .compiler import remove, scan
     from .config import cache_dir
     d = cache_dir()
     files = []
     if os.path.isdir(d):
         for root, _, names in os.walk(d):
             files += [os.path.join(root, n) for n in names]
+    damaged = scan(d) if os.path.isdir(d) and (args.action == "info" or args.damaged) else []
     if args.action == "info":
         size = sum(os.path.getsize(f) for f in files if os.path.exists(f))
         kernels = sum(1 for f in files if os.path.basename(f).startswith("k_") and f.endswith(".py"))
-        print(f"cache dir: {d}\nkernel sources: {kernels}\nfiles: {len(files)}\nsize: {size / 1e6:.2f} MB")
+        print(f"cache dir: {d}\nkernel sources: {kernels}\nfiles: {len(files)}\nsize: {size / 1e6:.2f} MB\n"
+              f"damaged: {len(damaged)}" + "".join(f"\n  {p}: {why}" for p, why in damaged))
+        if damaged:
+            print("`autogen cache clear --damaged` removes them (the engine removes each one it meets)")
+    elif args.damaged:
+        for path, _ in damaged:
+            remove(path)
+        print(f"removed {len(damaged)} damaged files from {d}")
     else:
         if os.path.isdir(d):
             for entry in os.listdir(d):
-                path = os.path.join(d, entry)
-                shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
+                remove(os.path.join(d, entry))
         print(f"cleared {len(files)} files from {d}")
 
 
@@ -203,6 +210,7 @@ def build_parser():
     p.set_defaults(fn=cmd_precompile)
     p = sub.add_parser("cache", help="show or empty the kernel cache")
     p.add_argument("action", choices=["info", "clear"])
+    p.add_argument("--damaged", action="store_true", help="clear: only the damaged files (`info` lists them)")
     p.set_defaults(fn=cmd_cache)
     p = sub.add_parser("run", help="train a small model from a params file")
     p.add_argument("--params", required=True)

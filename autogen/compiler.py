@@ -1,15 +1,22 @@
 """Compile rendered kernels: source written to the cache dir under its content hash, then imported.
 
-A file-backed module lets numba's own `cache=True` keep the machine code between processes.
+A file-backed module lets numba's own `cache=True` keep the machine code between processes: beside
+k_<digest>.py numba writes __pycache__/k_<digest>.kernel-<line>.py<ver>.nbi (an index) and .<n>.nbc
+(machine code). Any of them may be damaged (a process killed mid-write, a full disk, a user's
+editor): a damaged file is logged once, removed, and its kernel compiled anew.
 """
+import glob
 import hashlib
-import importlib.util
+import io
 import logging
 import os
+import pickletools
+import shutil
 import sys
 import tempfile
 import threading
 import time
+import types
 import warnings
 
 from .codegen import render
@@ -37,25 +44,139 @@ def _write_atomic(path, text):
         raise
 
 
+def _digest(data):
+    return hashlib.sha1(data).hexdigest()[:24]
+
+
+def remove(path):
+    """Remove a file, or whatever took its name (a directory); gone already is fine."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def damage(path):
+    """Why the cache file at `path` is unusable (a short reason), or None if it reads back whole.
+
+    Our k_<digest>.py must hash to its name. numba's .nbi holds two pickles (its version, then the
+    index), an .nbc one: their opcodes are walked to the end (pickletools, which runs nothing and
+    imports nothing, so a kernel's data can be checked without its module)."""
+    name = os.path.basename(path)
+    if not os.path.isfile(path):
+        return "not a regular file" if os.path.lexists(path) else None
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+    if name.endswith((".nbi", ".nbc")):
+        stream = io.BytesIO(data)
+        try:
+            for _ in range(2 if name.endswith(".nbi") else 1):
+                for _ in pickletools.genops(stream):
+                    pass
+        except Exception as exc:  # noqa: BLE001 - whatever a damaged pickle raises
+            return f"not a whole pickle ({exc})"
+        return "trailing bytes" if stream.read(1) else None
+    if name.startswith("k_") and name.endswith(".py"):
+        return None if _digest(data) == name[2:-3] else "content does not match its hash"
+    return None
+
+
+def scan(directory=None):
+    """[(path, reason)] for every damaged file of the kernel cache in `directory` (default: ours)."""
+    directory = cache_dir() if directory is None else directory
+    paths = glob.glob(os.path.join(directory, "k_*.py"))
+    paths += glob.glob(os.path.join(directory, "__pycache__", "k_*.nb[ic]"))
+    found = [(p, damage(p)) for p in sorted(paths)]
+    return [(p, why) for p, why in found if why]
+
+
+def _numba_entry(index_path):
+    """The index and data files numba keeps for one kernel."""
+    return [index_path] + sorted(glob.glob(glob.escape(index_path[:-len(".nbi")]) + ".*.nbc"))
+
+
+def _drop_damaged(source, index_path, exc=None):
+    """Log and remove a damaged numba cache entry; whether one was found."""
+    files = _numba_entry(index_path)
+    bad = [(p, why) for p, why in ((p, damage(p)) for p in files) if why]
+    if exc is not None and not bad:  # numba could not use it, though each file reads back
+        bad = [(index_path, f"numba could not load it: {type(exc).__name__}: {exc}")]
+    if not bad:
+        return False
+    log.warning("autogen: damaged kernel cache file %s; removed, compiling %s again",
+                "; ".join(f"{p} ({why})" for p, why in bad), os.path.basename(source))
+    for p in files:
+        try:
+            remove(p)
+        except OSError:
+            pass  # another process may hold it; numba then compiles without it
+    return True
+
+
+def _guard_numba_cache(kernel, source):
+    """numba reads its cache at a kernel's first call and raises on a damaged index (an
+    UnpicklingError out of the user's loss call) or takes a damaged data file for a miss and then
+    fails writing over it. Its loader is wrapped here, where every read happens: any failure, or a
+    miss with damaged files present, removes the entry and compiles. Checking files before the
+    first call instead would read them twice on every load and still race a writer."""
+    cache = getattr(kernel, "_cache", None)
+    index_path = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
+    if index_path is None:
+        return  # another numba: its own loader, unguarded
+    load, save = cache.load_overload, cache.save_overload
+
+    def load_overload(sig, target_context):
+        try:
+            result = load(sig, target_context)
+        except Exception as exc:  # noqa: BLE001 - anything from reading the cache: compile instead
+            _drop_damaged(source, index_path, exc)
+            return None
+        if result is None:  # a miss (about to compile anyway): damaged files numba skipped?
+            _drop_damaged(source, index_path)
+        return result
+
+    def save_overload(sig, data):
+        try:
+            save(sig, data)
+        except Exception as exc:  # noqa: BLE001 - the kernel is compiled and right; only the cache failed
+            log.warning("autogen: could not write numba's cache for %s (%s: %s)", source, type(exc).__name__, exc)
+
+    cache.load_overload, cache.save_overload = load_overload, save_overload
+
+
 def _load_file(spec, parallel):
     source = render(spec, cache=True, parallel=parallel)
-    digest = hashlib.sha1(source.encode()).hexdigest()[:24]
+    digest = _digest(source.encode())
     directory = cache_dir()
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, f"k_{digest}.py")
     try:
-        with open(path) as f:
-            intact = f.read() == source
-    except OSError:
+        with open(path, "rb") as f:
+            intact = f.read() == source.encode()
+    except FileNotFoundError:
+        intact = None
+    except OSError:  # unreadable, or a directory took its name
         intact = False
-    if not intact:  # missing, truncated or corrupted: write it anew
+    if not intact:  # missing, or damaged: write it anew (its name is its content's hash)
+        if intact is False:
+            log.warning("autogen: damaged kernel cache file %s (%s); written again", path, damage(path))
+            if os.path.isdir(path):
+                remove(path)  # os.replace below swaps a file atomically, not a directory
         _write_atomic(path, source)
-    _load_file.hit = intact
+    _load_file.hit = bool(intact)
     name = f"autogen_kernel_{digest}"
-    mod_spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(mod_spec)
+    module = types.ModuleType(name)
+    module.__file__ = path
     sys.modules[name] = module  # numba's cache rebuilds the kernel's environment by module name
-    mod_spec.loader.exec_module(module)
+    # compiled from the text in hand (the file holds the same): no .pyc beside it, one file less to damage
+    exec(compile(source, path, "exec"), module.__dict__)
+    _guard_numba_cache(module.kernel, path)
     return module.kernel
 
 

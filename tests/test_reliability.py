@@ -364,3 +364,116 @@ def test_parallel_kernels_survive_forks_threads_and_dataloader_workers(script):
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"hung: {exc}")
     assert proc.returncode == 0 and "ok" in proc.stdout, (proc.returncode, proc.stdout[-2000:], proc.stderr[-3000:])
+
+
+# -- a damaged kernel cache --------------------------------------------------------------------
+# The cache dir holds our k_<digest>.py and numba's __pycache__/k_<digest>.kernel-<line>.py311.nbi
+# (index) and .<n>.nbc (machine code). Each kind x each damage on its own copy of a filled cache,
+# each in a fresh process: one warning naming the file, a right answer on the fused path, and a
+# cache that reads back whole afterwards; and two processes at once on one damaged entry.
+# "Unreadable": the tests run as root, for whom chmod 000 changes nothing, so a directory takes the
+# file's name (open() then fails with IsADirectoryError, as it fails for a user with EACCES).
+# Each case's process is forked from one interpreter that has imported torch and autogen but loaded
+# no kernel (nothing of the cache in memory): 14 processes for the CPU time of about 4 interpreters.
+DAMAGE = r"""
+import glob, json, os, shutil, sys, traceback
+import torch, torch.nn.functional as TF, autogen
+from autogen import compiler, functional as AF
+root = sys.argv[1]
+FILES = {"source": "k_*.py", "index": "__pycache__/k_*.nbi", "data": "__pycache__/k_*.nbc"}
+
+def case():
+    x = torch.linspace(-3, 3, 144, dtype=torch.float64).view(16, 9).requires_grad_()
+    y = torch.linspace(2, -1, 144, dtype=torch.float64).view(16, 9)
+    with autogen.policy("aggressive"), autogen.record() as rec:
+        out = AF.huber_loss(x, y, delta=0.7, use_autogen=True)
+        g, = torch.autograd.grad(out, x)
+    ref = TF.huber_loss(x, y, delta=0.7)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(g, torch.autograd.grad(ref, x)[0])
+    assert {(c.path, c.fused) for c in rec.calls} == {("autogen", True)}, rec.calls
+
+def start(cache, log):
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT)
+            os.dup2(fd, 2)
+            os.environ["AUTOGEN_CACHE_DIR"] = cache
+            case()
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stderr.flush()
+            os._exit(code)
+    return pid
+
+def damage(path, how):
+    data = open(path, "rb").read()
+    if how == "unreadable":
+        os.unlink(path)
+        os.mkdir(path)
+        return
+    new = {"truncate": data[:len(data) // 2], "zero": bytes(len(data)), "garbage": os.urandom(len(data))}[how]
+    with open(path, "wb") as f:
+        f.write(new)
+
+filled = os.path.join(root, "filled")
+assert os.waitstatus_to_exitcode(os.waitpid(start(filled, filled + ".log"), 0)[1]) == 0, open(filled + ".log").read()
+assert all(len(glob.glob(os.path.join(filled, p))) == 1 for p in FILES.values()), os.listdir(filled)
+groups = [[(kind, how, 1)] for kind in FILES for how in ("truncate", "zero", "garbage", "unreadable")]
+groups += [[("index", "truncate", 2)], [("data", "unreadable", 2)], [("source", "garbage", 2)]]
+failures = []
+for group in groups:
+    running = []
+    for kind, how, procs in group:
+        cache = os.path.join(root, f"{kind}-{how}-{procs}")
+        shutil.copytree(filled, cache)
+        path, = glob.glob(os.path.join(cache, FILES[kind]))
+        damage(path, how)
+        running += [(kind, how, procs, cache, path, log, start(cache, log))
+                    for log in [f"{cache}.{i}.log" for i in range(procs)]]
+    for kind, how, procs, cache, path, log, pid in running:
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        err = open(log).read()
+        warned = [line for line in err.splitlines() if "damaged kernel cache file" in line]
+        if code != 0:
+            failures.append((kind, how, procs, "exit", code, err[-1500:]))
+        elif procs == 1 and (len(warned) != 1 or path not in warned[0]):
+            failures.append((kind, how, procs, "warnings", err[-1500:]))
+        elif compiler.scan(cache):
+            failures.append((kind, how, procs, "left damaged", compiler.scan(cache)))
+print(json.dumps(failures))
+"""
+
+
+def test_every_damaged_cache_file_is_reported_removed_and_recompiled(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", DAMAGE, str(tmp_path)], capture_output=True, text=True, cwd=CWD,
+                          timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout[-4000:]
+
+
+def test_cli_cache_info_reports_and_clear_removes_damaged_files(tmp_path, monkeypatch, capsys):
+    import glob
+    from autogen import cli
+    monkeypatch.setenv("AUTOGEN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(compiler, "_kernels", {})  # load again, into this cache dir
+    with autogen.policy("aggressive"):
+        AF.huber_loss(torch.randn(5, 3), torch.randn(5, 3), delta=0.3, use_autogen=True)
+    assert cli.main(["cache", "info"]) == 0 and "damaged: 0" in capsys.readouterr().out
+    index, = glob.glob(str(tmp_path / "__pycache__" / "k_*.nbi"))
+    data, = glob.glob(str(tmp_path / "__pycache__" / "k_*.nbc"))
+    with open(index, "r+b") as f:
+        f.truncate(10)
+    os.unlink(data)
+    os.mkdir(data)  # unreadable (as root, chmod 000 is not)
+    assert cli.main(["cache", "info"]) == 0
+    out = capsys.readouterr().out
+    assert "damaged: 2" in out and index in out and data in out, out
+    assert cli.main(["cache", "clear", "--damaged"]) == 0
+    assert not os.path.exists(index) and not os.path.exists(data) and glob.glob(str(tmp_path / "k_*.py"))
+    assert cli.main(["cache", "info"]) == 0 and "damaged: 0" in capsys.readouterr().out
+    assert cli.main(["cache", "clear"]) == 0 and os.listdir(tmp_path) == []
