@@ -1,8 +1,10 @@
 """Linear layer + cross-entropy in row chunks: the (tokens, vocab) logits never exist whole.
 
 Per chunk of rows: the logits from torch's matmul (BLAS), then one kernel pass turns them, in
-place, into their gradient and writes each row's loss (kernels/linear.py), then the chunk's input
-gradient (dlogits @ weight) and the weight and bias gradients' accumulation (dlogits.T @ input).
+place, into their gradient and writes each row's loss (kernels/linear.py; under the 'aggressive'
+policy the kernel the engine generates from chunk_graph, the same loss in primitives), then the
+chunk's input gradient (dlogits @ weight) and the weight and bias gradients' accumulation
+(dlogits.T @ input).
 The gradients of a scalar loss are thus complete when the forward returns; backward only scales
 them by grad_output (and skips that when it is 1), as the fused losses do. reduction='none' cannot
 know each row's grad_output in the forward: its forward computes the losses only, and backward runs
@@ -13,6 +15,7 @@ bfloat16 and float16 inputs. bfloat16 matmuls run in bfloat16 (oneDNN: float32 a
 float32's speed on AVX512-BF16), the loss and the weight gradient's sum over chunks in float32;
 float16 runs in float32 (a copy of the weight), as the CPU's float16 matmul is 3x slower than float32's.
 """
+import functools
 import math
 import warnings
 
@@ -21,7 +24,9 @@ import torch
 import torch.nn.functional as TF
 
 from . import policies as _policy
+from .errors import AutogenError
 from .executor import _transformed, split_run
+from .ir import ROW, apply as A, input as inp, param
 from .functional import _first_bad_target, _int_arg, _tname
 
 OP = "linear_cross_entropy"
@@ -56,7 +61,7 @@ def _gemm_dtype(dtype):
 
 
 def _step_kernel(z, t, o, f, want_grad):
-    """The chunk's loss and lse per row, and its gradient over z, by the handwritten kernel."""
+    """The chunk by the handwritten kernel: (loss rows, lse rows, None, gradient written over z)."""
     from .kernels import linear as K
     n, V = z.shape
     F = K.NP[z.dtype]
@@ -65,29 +70,84 @@ def _step_kernel(z, t, o, f, want_grad):
     lse = np.empty(n, F)
     split_run(rows, n, (z.view(-1).numpy(), V, t.numpy(), o.ignore, f.numpy(), o.eps, o.zl,
                         F(o.cap if o.cap is not None else 1.0), loss, lse), work=n * V)
-    return torch.from_numpy(loss), torch.from_numpy(lse)
+    return torch.from_numpy(loss), torch.from_numpy(lse), None, z
+
+
+@functools.lru_cache(maxsize=None)
+def chunk_graph(per_row, smoothing, zloss, capped):
+    """One chunk's loss over its logits in primitives, for the engine's generated kernel (path 'autogen'):
+    the rows' losses (per_row), or their sum weighted by the row input `rowscale` (1 / valid rows of the
+    whole batch for 'mean', 1 for 'sum', grad_output in the backward of 'none'), whose fused kernel
+    writes the gradient in the same pass."""
+    from .decompositions import _class_terms, _log_softmax_parts, _reduce as reduce_graph, x_elem
+    x = x_elem("input")
+    inputs, valid, safe, _, _ = _class_terms(False)
+
+    def cap(v):
+        return param("cap") * A("tanh", v * param("inv_cap")) if capped else v
+    z = cap(x)
+    lse = _log_softmax_parts(z)
+    item = lse - cap(A("gather", x, safe))  # gather reads an input: the capped target logit from x's
+    if smoothing:
+        item = (1.0 - param("eps")) * item + param("eps_over_c") * A("sum_row", lse - z)
+    if zloss:
+        item = item + param("z_loss") * lse * lse
+    item = A("where", valid, item, 0.0)
+    if per_row:
+        return reduce_graph(OP, "row", [x] + inputs, item, ROW, "none")
+    rowscale = inp("rowscale", ROW)
+    return reduce_graph(OP, "row", [x] + inputs + [rowscale], item * rowscale, ROW, "sum")  # times scale 1
+
+
+def _step_autogen(z, t, o, f, want_grad):
+    """The chunk by the kernels the engine generates from chunk_graph: (loss rows or None, lse rows or None,
+    the rows' losses times f summed, or None, gradient). The weighted sum's fused kernel writes the
+    gradient in its forward pass; reduction='none' takes its rows' losses from the per-row graph."""
+    from .executor import Problem, fused_plan, run_spec
+    n, V = z.shape
+    forward_rows = o.reduction == "none" and not want_grad
+    graph = chunk_graph(forward_rows, o.eps != 0.0, o.zl != 0.0, o.cap is not None)
+    cap = o.cap if o.cap is not None else 1.0
+    params = {"ignore_index": o.ignore, "eps": o.eps, "eps_over_c": o.eps / V, "z_loss": o.zl, "cap": cap,
+              "inv_cap": 1.0 / cap, "scale": 1.0}
+    prob = Problem(graph, n * V, V, n, z.dtype, params)
+    values = dict(params, input=z, target=t, rowscale=f.to(z.dtype))
+    lse = None
+    if o.z_out is not None and not (o.reduction == "none" and want_grad):  # a forward asked for the z term
+        zc = o.cap * torch.tanh(z / o.cap) if o.cap is not None else z
+        lse = torch.where(t != o.ignore, torch.logsumexp(zc, dim=1), 0.0)
+    plan = fused_plan(graph, (want_grad,) + (False,) * (len(graph.inputs) - 1), z.dtype)
+    outs = run_spec(plan.forward, prob, values)
+    if forward_rows:
+        return outs[0].double(), lse, None, None
+    g = outs[1].view(n, V) if want_grad else None
+    if want_grad and plan.scaled:
+        g.mul_(outs[-1])
+    return None, lse, float(outs[0]), g
 
 
 def _step(z, t, o, f, want_grad):
     if o.path == "fallback":
         from .kernels.linear import ce_rows_torch
-        return ce_rows_torch(z, t, o.ignore, f, o.eps, o.zl, o.cap, want_grad)
+        return (*ce_rows_torch(z, t, o.ignore, f, o.eps, o.zl, o.cap, want_grad), None, z)
     try:
-        return _step_kernel(z, t, o, f, want_grad)
-    except Exception as exc:  # noqa: BLE001 - a numba typing/lowering failure: torch ops from here on
-        if not type(exc).__module__.startswith("numba") or _policy.get_strict():
+        return (_step_autogen if o.path == "autogen" else _step_kernel)(z, t, o, f, want_grad)
+    except Exception as exc:  # noqa: BLE001 - compile or numba typing failure: the next path from here on
+        if not (isinstance(exc, AutogenError) or type(exc).__module__.startswith("numba")) or _policy.get_strict():
             raise
-        if OP not in _warned:
-            _warned.add(OP)
-            warnings.warn(f"autogen: kernel for {OP} failed ({type(exc).__name__}: {exc}); using torch ops",
-                          RuntimeWarning, stacklevel=4)
-        o.path, o.reason = "fallback", f"kernel failed: {exc}"
+        if (OP, o.path) not in _warned:
+            _warned.add((OP, o.path))
+            warnings.warn(f"autogen: {o.path} kernel for {OP} failed ({type(exc).__name__}: {exc}); using "
+                          f"{'the handwritten kernel' if o.path == 'autogen' else 'torch ops'}", RuntimeWarning,
+                          stacklevel=4)
+        o.path, o.reason = ("handwritten" if o.path == "autogen" else "fallback"), f"kernel failed: {exc}"
         return _step(z, t, o, f, want_grad)
 
 
 def run_chunks(h, W, b, t, o, f, needs):
-    """Loss rows (float64, N) and lse rows, and the gradients (input, weight, bias) that `needs` asks
-    for, each row's gradient times f[row]. h (N, H), W (V, H), b (V,) or None, t (N,) int64."""
+    """(loss rows or None, sum of loss rows times f, lse rows or None, gradients): the gradients (input,
+    weight, bias) that `needs` asks for, each row's gradient times f[row]. h (N, H), W (V, H), b (V,) or
+    None, t (N,) int64, f (N,) float64."""
     N, H = h.shape
     V = W.shape[0]
     cdt = torch.float64 if h.dtype == torch.float64 else torch.float32
@@ -99,10 +159,9 @@ def run_chunks(h, W, b, t, o, f, needs):
     rows = chunk_rows(N, V, h.dtype, o.chunk)
     z_all = torch.empty(rows, V, dtype=cdt)
     g_all = torch.empty(rows, V, dtype=gdt) if gdt != cdt else None
-    loss = torch.empty(N, dtype=torch.float64)
-    lse = torch.empty(N, dtype=cdt)
+    loss = lse = total = None
     dx = torch.empty(N, H, dtype=gdt) if need_x else None
-    dw = torch.zeros(V, H, dtype=cdt) if need_w else None
+    dw = (torch.empty if g_all is None else torch.zeros)(V, H, dtype=cdt) if need_w else None
     db = torch.zeros(V, dtype=cdt) if need_b else None
     for s in range(0, N, rows):
         e = min(s + rows, N)
@@ -115,50 +174,53 @@ def run_chunks(h, W, b, t, o, f, needs):
             torch.addmm(bg, hc, Wg.t(), out=mm)
         if mm is not z:
             z.copy_(mm)
-        loss[s:e], lse[s:e] = _step(z, t[s:e], o, f[s:e], want_grad)
+        loss_c, lse_c, total_c, g = _step(z, t[s:e], o, f[s:e], want_grad)
+        if loss_c is not None:
+            loss = torch.empty(N, dtype=torch.float64) if loss is None else loss
+            loss[s:e] = loss_c
+        if lse_c is not None:
+            lse = torch.empty(N, dtype=cdt) if lse is None else lse
+            lse[s:e] = lse_c
+        if total_c is not None:
+            total = total_c if total is None else total + total_c
         if not want_grad:
             continue
-        g = z if g_all is None else mm.copy_(z)
+        gg = g if g_all is None else mm.copy_(g)
         if need_x:
-            torch.mm(g, Wg, out=dx[s:e])
+            torch.mm(gg, Wg, out=dx[s:e])
         if need_w:
-            if g_all is None:
-                dw.addmm_(g.t(), hc)
+            if g_all is None:  # the first chunk writes dw (no memset), the others add to it
+                dw.addmm_(gg.t(), hc) if s else torch.mm(gg.t(), hc, out=dw)
             else:  # bfloat16 partial product, summed over chunks in float32
-                dw.add_(torch.mm(g.t(), hc))
+                dw.add_(torch.mm(gg.t(), hc))
         if need_b:
-            db.add_(z.sum(0))
+            db.add_(g.sum(0))
+    if total is None and loss is not None:
+        total = float((loss * f).sum())
     grads = [None if g is None else g.to(like.dtype) for g, like in ((dx, h), (dw, W), (db, b))]
-    return loss, lse, grads
+    return loss, total, lse, grads
 
 
 def _note(o, phase):
     _policy.note(OP, o.path, o.path != "fallback", phase, o.reason)
 
 
-def _reduce(rows, o, count):
-    if o.reduction == "none":
-        return rows
-    total = rows.sum()
-    return total / count if o.reduction == "mean" else total
-
-
 def _factors(t, o):
-    """Each row's gradient factor in a scalar loss's forward, and the mean's denominator."""
+    """Each row's factor in a scalar loss and its gradient: 1 / valid rows for 'mean', 1 for 'sum'."""
     count = int((t != o.ignore).sum()) if o.reduction == "mean" else 1
-    f = 1.0 / count if count else math.inf  # all rows ignored: every row's gradient is 0 anyway
-    return torch.full(t.shape, f if o.reduction == "mean" else 1.0, dtype=torch.float64), count
+    f = 1.0 / count if count else math.inf  # all rows ignored: NaN as torch's 0 / 0 (the gradient is 0)
+    return torch.full(t.shape, f, dtype=torch.float64)
 
 
 def _forward(h, W, b, t, o, needs):
     """The loss (float64 scalar, or float64 rows for 'none') and, for a scalar loss, its gradients."""
-    f, count = _factors(t, o)
+    f = _factors(t, o)
     scalar = o.reduction != "none"
-    loss, lse, grads = run_chunks(h, W, b, t, o, f, needs if scalar else (False,) * 3)
+    loss, total, lse, grads = run_chunks(h, W, b, t, o, f, needs if scalar else (False,) * 3)
     if o.z_out is not None:
         zrows = torch.where(t != o.ignore, o.zl * lse.double() ** 2, 0.0)
-        o.z_out.append(_reduce(zrows, o, count))
-    return _reduce(loss, o, count), grads
+        o.z_out.append((zrows * f).sum() if scalar else zrows)
+    return (torch.tensor(total, dtype=torch.float64) if scalar else loss), grads
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -187,16 +249,16 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 got = iter(torch.autograd.grad(out, ins, gout, create_graph=True))
             _policy.note(OP, "fallback", False, "backward", "create_graph: torch ops")
             return (*[next(got) if need else None for need in ctx.needs], None, None)
-        _note(o, "backward")
         if o.reduction == "none":
             f = gout.detach().reshape(-1).to(torch.float64)
-            grads = run_chunks(h, W, b, t, o, f, ctx.needs)[2]
+            grads = run_chunks(h, W, b, t, o, f, ctx.needs)[3]
         else:
             grads, ctx.grads = ctx.grads, None
             if grads is None:  # handed over by an earlier backward: compute them again
                 grads = _forward(h, W, b, t, o, ctx.needs)[1]
             if gout.item() != 1.0:  # not in place: autograd owns nothing else of ours
                 grads = [None if g is None else g * gout.to(g.dtype) for g in grads]
+        _note(o, "backward")
         return (*grads, None, None)
 
 
@@ -274,7 +336,7 @@ def linear_cross_entropy(input, weight, target, bias=None, *, ignore_index=-100,
         i = _first_bad_target(t.numpy(), V, ignore)
         if i >= 0:
             raise IndexError(f"Target {int(t[i])} is out of bounds.")
-    path, reason = "handwritten", f"policy {_policy.get_policy()}: handwritten chunk kernel"
+    path, reason = _policy.choose(True)  # handwritten; 'aggressive': the engine's kernel of chunk_graph
     if not use_autogen:
         path, reason = "fallback", "use_autogen=False: torch ops per chunk"
     o = _Opts(ignore=ignore, eps=float(label_smoothing), zl=float(z_loss),
