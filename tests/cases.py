@@ -3,6 +3,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+import autogen
+
 REDUCTIONS = ("none", "mean", "sum")
 DTYPES = (torch.float32, torch.float64)
 
@@ -212,5 +214,119 @@ PATHS = {
 }
 
 
+# policy -> paths each recorded call of a nonlinearity may take
+NONLINEARITY_PATHS = {"aggressive": {"autogen"}, "medium": {"autogen", "handwritten"},
+                      "disabled": {"handwritten", "fallback"}}
+
+_TOL = {torch.float32: (1e-5, 1e-6), torch.float64: (1e-10, 1e-12), torch.float16: (1e-3, 1e-3),
+        torch.bfloat16: (1.6e-2, 1e-3)}  # (rtol, atol) per dtype
+
+
 def tolerances(dtype):
-    return {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-10, "atol": 1e-12}
+    rtol, atol = _TOL[dtype]
+    return {"rtol": rtol, "atol": atol}
+
+
+# -- one comparison with torch for every test ---------------------------------------------------
+def _broadcasts(src, dst):
+    return len(src) <= len(dst) and all(s in (d, 1) for s, d in zip(reversed(src), reversed(dst)))
+
+
+def magnitude(shape, tensors):
+    """Per element of a result of `shape`: 1 + the largest finite |value| of the inputs it is
+    computed from, as well as one can tell from shapes: the same element where an input broadcasts
+    to `shape`, the same row (index along dim 0) where the input has as many rows, else the whole
+    input. A 1e30 in one row widens the tolerance of that row's elements only."""
+    scale = torch.zeros(shape, dtype=torch.float64)
+    for a in tensors:
+        if not isinstance(a, torch.Tensor) or not a.is_floating_point() or not a.numel() or not scale.numel():
+            continue
+        m = a.detach().double().abs().nan_to_num(0.0, 0.0, 0.0)
+        if _broadcasts(m.shape, shape):
+            part = m.expand(shape)
+        elif len(shape) and m.dim() and m.shape[0] == shape[0]:
+            part = m.reshape(shape[0], -1).amax(1).view((shape[0],) + (1,) * (len(shape) - 1)).expand(shape)
+        else:
+            part = m.max().expand(shape)
+        scale = torch.maximum(scale, part)
+    return 1.0 + scale
+
+
+def assert_matches(got, want, scale=1.0, mask=None, what="value", exact=False):
+    """Element by element: NaN where torch has NaN, the same infinities, and elsewhere
+    |got - want| <= atol * scale + rtol * |want| with the dtype's tolerances (`mask`: elements to
+    compare, where torch's own answer is an accident of its kernel; `exact`: bit for bit)."""
+    assert got is not None, f"{what}: torch has one, ours is None"
+    assert got.shape == want.shape and got.dtype == want.dtype, (what, got.shape, want.shape, got.dtype, want.dtype)
+    rtol, atol = (0.0, 0.0) if exact else _TOL[want.dtype]
+    g, w = got.detach().double(), want.detach().double()
+    limit = atol * torch.as_tensor(scale, dtype=torch.float64) + rtol * w.abs().nan_to_num(0.0, 0.0, 0.0)
+    ok = torch.where(w.isnan() | g.isnan(), w.isnan() & g.isnan(),
+                     torch.where(w.isinf() | g.isinf(), g == w, (g - w).abs() <= limit))
+    if mask is not None:
+        ok = ok | ~torch.as_tensor(mask, dtype=torch.bool).expand(ok.shape)
+    if not bool(ok.all()):
+        bad = (~ok).nonzero()[:5].tolist()
+        lim = limit.expand(ok.shape)
+        detail = "; ".join(f"at {tuple(i)}: ours {g[tuple(i)].item()!r}, torch {w[tuple(i)].item()!r}, "
+                           f"allowed {lim[tuple(i)].item():.3g}" for i in bad)
+        raise AssertionError(f"{what}: {int((~ok).sum())} of {ok.numel()} elements differ ({want.dtype}): {detail}")
+
+
+@dataclass
+class Compared:
+    out: torch.Tensor
+    ref: torch.Tensor
+    calls: list
+
+
+def compare(ours, theirs, args, diff=None, *, policy="aggressive", paths=None, fused=None, gout="rand",
+            value_mask=None, grad_mask=None, errors_like_torch=False, exact=False):
+    """ours(*args) under `policy` against theirs(*args) (torch, the oracle), each on its own copy
+    of `args` (`diff`: which of them get gradients; default those that require grad): the same
+    values; wherever torch has a gradient, ours too and the same (none or zeros where torch has
+    none); each recorded call on one of `paths`, fused or not as `fused` says, backward recorded
+    when there was one. `errors_like_torch`: where torch raises, ours must raise the same type.
+    Tolerance: assert_matches with magnitude() of the inputs (`exact`: none). Returns a Compared, None if torch raised."""
+    if diff is None:
+        diff = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad]
+    diff = list(diff)
+
+    def copies():
+        return [a.detach().clone().requires_grad_(i in diff) if isinstance(a, torch.Tensor) else a
+                for i, a in enumerate(args)]
+
+    ref_in, our_in = copies(), copies()
+    try:
+        ref = theirs(*ref_in)
+    except Exception as exc:  # noqa: BLE001
+        if not errors_like_torch:
+            raise
+        import pytest
+        with pytest.raises(type(exc)), autogen.policy(policy):
+            ours(*our_in)
+        return None
+    backward = ref.requires_grad and bool(diff)
+    with autogen.policy(policy), autogen.record() as rec:
+        out = ours(*our_in)
+        if backward:
+            assert out.requires_grad, "torch's result has a gradient; ours lost its graph"
+            g = torch.ones_like(ref) if gout == "ones" else torch.rand_like(ref) + 0.5
+            got = torch.autograd.grad(out, [our_in[i] for i in diff], g, allow_unused=True)
+    assert_matches(out, ref, magnitude(ref.shape, args), value_mask, "value", exact)
+    if backward:
+        want = torch.autograd.grad(ref, [ref_in[i] for i in diff], g, allow_unused=True)
+        for i, gi, wi in zip(diff, got, want):
+            if wi is None:
+                assert gi is None or not gi.any(), f"gradient of argument {i}: torch has none, ours {gi}"
+                continue
+            mask = grad_mask(i, args[i]) if grad_mask is not None else None
+            assert_matches(gi, wi, magnitude(wi.shape, args), mask, f"gradient of argument {i}", exact)
+    if paths is not None:
+        assert rec.calls, "no kernel was recorded"
+        assert {c.path for c in rec.calls} <= set(paths), rec.calls
+        if backward:
+            assert "backward" in {c.phase for c in rec.calls}, rec.calls
+    if fused is not None:
+        assert all(c.fused == fused for c in rec.calls), rec.calls
+    return Compared(out, ref, rec.calls)

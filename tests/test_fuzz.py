@@ -1,19 +1,19 @@
 """Differential fuzzing against torch with hypothesis: every loss case and nonlinearity, random
 batch sizes (0 and 1 included), dtypes, reductions, paths, magnitudes and NaN/Inf/extreme values.
+Each example through cases.compare: the path taken, a gradient wherever torch has one, and each
+element within the dtype's tolerance at its own magnitude (a 1e30 widens its own row's only).
 
 CI runs a fixed-seed profile; AUTOGEN_FUZZ=long runs many more examples.
 """
 import os
-import warnings
 
 import pytest
 import torch
 import torch.nn.functional as TF
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import autogen
 from autogen import functional as AF
-from cases import CASES, PATHS
+from cases import CASES, NONLINEARITY_PATHS, PATHS, compare
 from test_nonlinearities import _cases as nonlinearity_cases
 
 settings.register_profile("ci", max_examples=8, derandomize=True, deadline=None, database=None,
@@ -25,51 +25,10 @@ PROFILE = "long" if os.environ.get("AUTOGEN_FUZZ") == "long" else "ci"
 SPECIALS = [float("nan"), float("inf"), -float("inf"), 1e30, -1e30, 1e-40, 0.0, -0.0, 100.0, -100.0]
 
 
-def _mag(t):
-    return float(t.detach().abs().nan_to_num(0.0, 0.0, 0.0).max()) if t.numel() and t.is_floating_point() else 0.0
-
-
-def _close(got, want, dtype, inputs=()):
-    """Within rounding of the result's and the inputs' magnitudes (a float32 loss of size 3 made of
-    distances of size 5000 carries their rounding)."""
-    assert got.shape == want.shape and got.dtype == want.dtype
-    scale = 1.0 + max([_mag(want)] + [_mag(a) for a in inputs])
-    rtol, atol = (1e-4, 1e-5 * scale) if dtype == torch.float32 else (1e-9, 1e-11 * scale)
-    torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True)
-
-
-def _run(fn_ours, fn_torch, args, diff, pol, use_autogen, dtype, nan_grads=True):
-    """Ours must raise what torch raises, or match it in value and gradient."""
-    ref_in = [a.detach().clone().requires_grad_(i in diff) for i, a in enumerate(args)]
-    our_in = [a.detach().clone().requires_grad_(i in diff) for i, a in enumerate(args)]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            ref = fn_torch(*ref_in)
-        except Exception as exc:  # noqa: BLE001
-            with pytest.raises(type(exc)), autogen.policy(pol):
-                fn_ours(*our_in, use_autogen)
-            return
-        with autogen.policy(pol):
-            out = fn_ours(*our_in, use_autogen)
-        _close(out, ref, dtype, args)
-        want_in = [a for a in ref_in if a.requires_grad]
-        if not want_in or not ref.requires_grad or not ref.numel():
-            return
-        gout = torch.ones_like(ref)
-        want = torch.autograd.grad(ref, want_in, gout, allow_unused=True)
-        with autogen.policy(pol):
-            got = torch.autograd.grad(out, [a for a in our_in if a.requires_grad], gout, allow_unused=True)
-    for g, w, a in zip(got, want, [a for a in ref_in if a.requires_grad]):
-        if w is None:
-            assert g is None or not g.any()
-            continue
-        if not nan_grads and g.shape == a.shape:
-            # torch's own gradient at a NaN or infinite input depends on the tensor's length (its
-            # SIMD loop and its scalar tail disagree: 0, 1 or NaN): not a value to compare against
-            keep = a.detach().isfinite()
-            g, w = g[keep], w[keep]
-        _close(g, w, dtype, args)
+def _finite_only(i, a):
+    """torch's own gradient at a NaN or infinite input depends on the tensor's length (its SIMD loop
+    and its scalar tail disagree: 0, 1 or NaN): not a value to compare against."""
+    return a.detach().isfinite() if a.is_floating_point() else None
 
 
 @st.composite
@@ -104,11 +63,12 @@ def test_fuzz_losses_against_torch(case):
     @given(loss_inputs(case))
     def check(drawn):
         dtype, args, diff, kwargs, path = drawn
-        pol, use_autogen = PATHS[path][:2]
+        pol, use_autogen, paths, fused = PATHS[path]
         if case.name == "multi_margin_loss" and not args[0].numel() and kwargs["reduction"] != "none":
             return  # torch returns uninitialized memory here (test_semantics checks ours: 0 / NaN)
-        _run(lambda *a: getattr(AF, case.name)(*a[:-1], **kwargs, use_autogen=a[-1]),
-             lambda *a: getattr(TF, case.name)(*a, **kwargs), args, diff, pol, use_autogen, dtype)
+        compare(lambda *a: getattr(AF, case.name)(*a, **kwargs, use_autogen=use_autogen),
+                lambda *a: getattr(TF, case.name)(*a, **kwargs), args, diff, policy=pol, paths=paths, fused=fused,
+                errors_like_torch=True)
 
     check()
 
@@ -144,8 +104,30 @@ def test_fuzz_nonlinearities_against_torch(name, opts):
     @given(nonlinearity_inputs(name))
     def check(drawn):
         dtype, args, pol = drawn
-        diff = list(range(len(args)))
-        _run(lambda *a: getattr(AF, name)(*a[:-1], **opts), lambda *a: getattr(TF, name)(*a, **opts),
-             args, diff, pol, True, dtype, nan_grads=False)
+        compare(lambda *a: getattr(AF, name)(*a, **opts), lambda *a: getattr(TF, name)(*a, **opts), args,
+                range(len(args)), policy=pol, paths=NONLINEARITY_PATHS[pol], grad_mask=_finite_only,
+                errors_like_torch=True)
 
     check()
+
+
+def _mse(*a, use_autogen=True):
+    return AF.mse_loss(*a, reduction="none", use_autogen=use_autogen)
+
+
+@pytest.mark.parametrize("broken,match", [
+    (lambda *a: _mse(*a) * (1 + 1e-4), "value: .* elements differ"),                   # a relative error
+    (lambda *a: _mse(*a) + torch.eye(3, 4) * 1e-4, r"value: 2 of 12 elements differ"),  # beside 1e30s (and inf)
+    (lambda *a: _mse(*a).detach(), "lost its graph"),
+    (lambda *a: _mse(a[0], a[1].detach()), "gradient of argument 1: torch has one, ours is None"),
+    (lambda *a: _mse(*a, use_autogen=False), "'autogen', fused=False"),                 # the primitive path
+    (lambda *a: TF.mse_loss(*a, reduction="none"), "no kernel was recorded"),
+])
+def test_the_comparison_fails_when_it_should(broken, match):
+    x, y = torch.randn(3, 4, requires_grad=True), torch.randn(3, 4, requires_grad=True)
+    x.data[1:, 1] = 1e30  # other rows' and columns' elements keep their own tolerance
+    with pytest.raises(AssertionError, match=match):
+        compare(broken, lambda *a: TF.mse_loss(*a, reduction="none"), [x, y], policy="aggressive",
+                paths={"autogen"}, fused=True)
+    compare(_mse, lambda *a: TF.mse_loss(*a, reduction="none"), [x, y], policy="aggressive", paths={"autogen"},
+            fused=True)

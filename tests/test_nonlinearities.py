@@ -7,7 +7,7 @@ from torch.testing._internal.common_methods_invocations import op_db
 import autogen
 import autogen.nn as agnn
 from autogen import functional as AF
-from cases import DTYPES, tolerances
+from cases import DTYPES, NONLINEARITY_PATHS, compare
 
 NAMES = list(AF.NONLINEARITIES)
 # options per nonlinearity beyond the defaults (each also runs with the defaults)
@@ -18,8 +18,7 @@ OPTIONS = {
     "glu": [{"dim": 0}],
 }
 REQUIRED = {"threshold": {"threshold": 0.5, "value": -3.0}}
-PATHS = {"autogen": ("aggressive", {"autogen"}), "default": ("medium", {"autogen", "handwritten"}),
-         "disabled": ("disabled", {"handwritten", "fallback"})}
+PATHS = {"autogen": "aggressive", "default": "medium", "disabled": "disabled"}  # test id -> policy
 # the kinks and extremes of every function here, plus NaN and Inf
 SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 3.0, -3.0, 6.0, 20.0, 2.0, 5.0, 10.0, -10.0, 100.0, -100.0, 1e30, -1e30,
            1e-40, float("inf"), -float("inf"), float("nan"), 0.3, -2.5]
@@ -64,24 +63,14 @@ def _mask(name, what, x, dtype):
 @pytest.mark.parametrize("name,opts", list(_cases()), ids=[f"{n}-{'-'.join(map(str, o.values())) or 'default'}"
                                                           for n, o in _cases()])
 def test_matches_torch(name, opts, dtype, path, special):
-    pol, allowed = PATHS[path]
+    pol = PATHS[path]
     args = _inputs(name, dtype, special)
-    ours_args = [a.detach().clone().requires_grad_() for a in args]
-    ref = getattr(TF, name)(*args, **opts)
-    gout = torch.rand_like(ref) + 0.5
-    want = torch.autograd.grad(ref, args, gout)
-    with autogen.policy(pol), autogen.record() as rec:
-        out = getattr(AF, name)(*ours_args, **opts)
-        got = torch.autograd.grad(out, ours_args, gout)
-    tol = tolerances(dtype)
     x = args[0].detach()
-    keep = _mask(name, "value", x, dtype) if out.shape == x.shape else torch.ones_like(out, dtype=torch.bool)
-    torch.testing.assert_close(out[keep], ref[keep], equal_nan=True, **tol)
-    for g, w, a in zip(got, want, args):
-        keep = _mask(name, "grad", a.detach(), dtype)
-        torch.testing.assert_close(g[keep], w[keep], equal_nan=True, **tol)
-    assert rec.calls and {c.path for c in rec.calls} <= allowed
-    assert {c.phase for c in rec.calls} == {"forward", "backward"}
+    calls = compare(lambda *a: getattr(AF, name)(*a, **opts), lambda *a: getattr(TF, name)(*a, **opts), args,
+                    policy=pol, paths=NONLINEARITY_PATHS[pol],
+                    value_mask=_mask(name, "value", x, dtype) if name != "glu" else None,
+                    grad_mask=lambda i, a: _mask(name, "grad", a.detach(), dtype)).calls
+    assert {c.phase for c in calls} == {"forward", "backward"}
 
 
 @pytest.mark.parametrize("name", ["relu", "gelu", "silu"])
@@ -181,18 +170,12 @@ def test_opinfo_samples(name):
         kwargs = dict(sample.kwargs)
         if kwargs.get("inplace"):
             continue
-        ref = op.op(sample.input, *sample.args, **kwargs)
-        with autogen.policy("aggressive"):
-            out = getattr(AF, name)(sample.input, *sample.args, **kwargs)
-        torch.testing.assert_close(out, ref, equal_nan=True, msg=lambda m: f"{sample}: {m}")
-        tensors = [t for t in [sample.input, *sample.args] if isinstance(t, torch.Tensor) and t.requires_grad]
-        if ref.requires_grad and tensors:
-            gout = torch.rand_like(ref)
-            want = torch.autograd.grad(ref, tensors, gout, allow_unused=True)
-            got = torch.autograd.grad(out, tensors, gout, allow_unused=True)
-            for g, w in zip(got, want):
-                if w is not None:
-                    torch.testing.assert_close(g, w, equal_nan=True, msg=lambda m: f"{sample}: {m}")
+        tensors = [sample.input, *sample.args]
+        try:
+            compare(lambda *t: getattr(AF, name)(*t, **kwargs), lambda *t: op.op(*t, **kwargs), tensors,
+                    policy="aggressive", paths={"autogen"})
+        except AssertionError as exc:
+            raise AssertionError(f"{sample}: {exc}") from None
 
 
 @pytest.mark.parametrize("shape", [(64, 16), (8, 16, 10, 10), (4, 16, 3), (8, 16, 128), (0, 16), (2, 16, 0)])

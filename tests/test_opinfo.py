@@ -3,9 +3,8 @@ import pytest
 import torch
 from torch.testing._internal.common_methods_invocations import op_db
 
-import autogen
 from autogen import functional as AF
-from cases import tolerances
+from cases import compare
 
 NAMES = list(AF.LOSSES)
 OPS = {op.name.split(".")[-1]: op for op in op_db if op.name.split(".")[-1] in NAMES and op.name.startswith("nn.")}
@@ -22,21 +21,11 @@ def test_opinfo_samples_fused(name, dtype):
     count = 0
     for sample in op.sample_inputs("cpu", dtype, requires_grad=True):
         tensors = [sample.input] + [a for a in sample.args if isinstance(a, torch.Tensor)]
-        ref = op.op(sample.input, *sample.args, **sample.kwargs)
-        diff = [t for t in tensors if t.requires_grad]
-        gout = torch.rand_like(ref) + 0.5
-        want = torch.autograd.grad(ref, diff, gout, allow_unused=True)
-        ours_in = [t.detach().clone().requires_grad_(t.requires_grad) for t in tensors]
-        with autogen.policy("aggressive"), autogen.record() as rec:
-            out = getattr(AF, name)(ours_in[0], *ours_in[1:], **sample.kwargs, use_autogen=True)
-            got = torch.autograd.grad(out, [t for t in ours_in if t.requires_grad], gout, allow_unused=True)
-        tol = tolerances(dtype)
-        torch.testing.assert_close(out, ref, **tol, msg=lambda m: f"{sample}: {m}")
-        for g, w in zip(got, want):
-            if w is None:
-                assert g is None or not g.any()
-            else:
-                torch.testing.assert_close(g, w, **tol, msg=lambda m: f"{sample}: {m}")
-        assert rec.calls and all(c.path == "autogen" and c.fused for c in rec.calls)
+        try:
+            compare(lambda *t: getattr(AF, name)(*t, **sample.kwargs, use_autogen=True),
+                    lambda *t: op.op(*t, **sample.kwargs), tensors, policy="aggressive", paths={"autogen"},
+                    fused=True)
+        except AssertionError as exc:
+            raise AssertionError(f"{sample}: {exc}") from None
         count += 1
     assert count > 0
