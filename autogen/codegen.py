@@ -27,7 +27,8 @@ _ENV = jinja2.Environment(loader=jinja2.FunctionLoader(
 
 _BLOCK = 1 << 14  # elements per block for losses without rows
 # numba's cache does not see changes to inlined helpers: the math library's hash goes into every kernel
-_MATHLIB = hashlib.sha1(resources.files("autogen").joinpath("mathlib.py").read_bytes()).hexdigest()[:12]
+_MATHLIB = hashlib.sha1(b"".join(resources.files("autogen").joinpath(f).read_bytes()
+                                  for f in ("mathlib.py", "specfun.py"))).hexdigest()[:12]
 
 
 _CODEGEN_REV = "3"  # part of every kernel's key: bump when the same graph renders differently

@@ -391,8 +391,9 @@ def _build(bits):
         small = _fma(x, _horner(x * x, ERF_P), x)
         return small if a < ONE else big
 
+    # the underscored helpers are the building blocks autogen.specfun composes its functions from
     return dict(exp=exp, expm1=expm1, log=log, log1p=log1p, log1pexp=log1pexp, tanh=tanh,
-                sigmoid=sigmoid, erf=erf)
+                sigmoid=sigmoid, erf=erf, _reduce_exp=reduce_exp, _log_tail=log_tail)
 
 
 _IMPLS = {32: _build(32), 64: _build(64)}
@@ -437,3 +438,10 @@ def maxnum(typingctx, a, b):
         def codegen(context, builder, sig, args):
             return _llvm_call(builder, 'llvm.maxnum', args[0].type, list(args))
         return a(a, a), codegen
+
+
+# the trigonometric, hyperbolic, error and gamma functions of autogen.specfun, under the same names
+from .specfun import __all__ as _SPECFUN  # noqa: E402
+from .specfun import *  # noqa: E402,F401,F403
+
+__all__ += _SPECFUN

@@ -72,10 +72,19 @@ def _nograd(g, out, *args):
 
 
 def _maxgrad(g, out, a, b):
-    # torch splits the gradient evenly between tied arguments of maximum/minimum
-    share = A("where", A("eq", a, b), 0.5, 0.0)
-    return (g * A("where", A("eq", out, a), A("where", A("eq", a, b), share, 1.0), 0.0),
-            g * A("where", A("eq", out, b), A("where", A("eq", a, b), share, 1.0), 0.0))
+    # torch's maximum backward: g / 2 to each of tied arguments, g to the larger, and g to both where a
+    # NaN makes them unordered
+    return _extreme_grad(g, a, b, "lt", "gt")
+
+
+def _mingrad(g, out, a, b):
+    return _extreme_grad(g, a, b, "gt", "lt")
+
+
+def _extreme_grad(g, a, b, loses_a, loses_b):
+    tie = A("eq", a, b)
+    return (A("where", tie, g * 0.5, A("where", A(loses_a, a, b), 0.0, g)),
+            A("where", tie, g * 0.5, A("where", A(loses_b, a, b), 0.0, g)))
 
 
 def _reduce_max_grad(g, out, x):
@@ -91,6 +100,43 @@ def _clampgrad(g, out, x, lo, hi):
     below = A("where", A("lt", x, lo), A("where", A("lt", lo, hi), g, 0.0), 0.0)
     above = A("where", A("gt", x, hi), g, A("where", A("lt", hi, lo), g, 0.0))
     return inside, below, above
+
+
+def _pow_exp_grad(g, o, a, b):
+    # torch's pow_backward_exponent: 0 where a == 0 and b >= 0 (not 0 * log(0) = NaN)
+    d = g * o * A("log", a)
+    return A("where", A("eq", a, 0.0), A("where", A("ge", b, 0.0), 0.0, d), d)
+
+
+def _fmaxgrad(g, out, a, b):
+    # torch's fmax/fmin backward: all of it to `a` where a was taken (ties included) or b is NaN
+    return _taken(g, a, b, "ge")
+
+
+def _fmingrad(g, out, a, b):
+    return _taken(g, a, b, "le")
+
+
+def _taken(g, a, b, cmp):
+    first = A("logical_or", A(cmp, a, b), A("isnan", b))
+    return A("where", first, g, 0.0), A("where", first, 0.0, g)
+
+
+def _atan2grad(g, out, a, b):
+    # torch's atan2 backward: g b / (a^2 + b^2), -g a / (a^2 + b^2), with 1/(a^2 + b^2) taken as 0 where
+    # the sum is 0 (measured: atan2's gradient at (0, 0), or at (1e-200, 1e-200), is 0 in torch)
+    d = a * a + b * b
+    recip = A("where", A("eq", d, 0.0), 0.0, 1.0 / d)
+    return g * b * recip, -g * a * recip
+
+
+def _xlog_self_grad(op, g, a, b, pole):
+    # torch: xlogy(g, b) (or xlog1py), 0 where a == 0 and b is at or past the log's pole
+    return A("where", A("logical_and", A("eq", a, 0.0), A("le", b, pole)), 0.0, A(op, g, b))
+
+
+def _no_second_derivative(g, out, a):
+    raise NotImplementedError("trigamma's derivative (polygamma(2, x)) is not in the primitive table")
 
 
 _CMP = {"lt": ("<", torch.lt), "le": ("<=", torch.le), "gt": (">", torch.gt),
@@ -110,7 +156,7 @@ _prim("sqrt", 1, "elementwise", "__np.sqrt({0})", torch.sqrt, lambda g, o, a: (g
       domain=(0.1, 4.0))
 _prim("pow", 2, "elementwise", "({0} ** {1})", torch.pow,
       lambda g, o, a, b: (A("where", A("eq", b, 0.0), 0.0, g * b * A("pow", a, b - 1.0)),
-                          g * o * A("log", a)), kind="f", cost=40, domain=(0.2, 2.5))
+                          _pow_exp_grad(g, o, a, b)), kind="f", cost=40, domain=(0.2, 2.5))
 # -- transcendental: vectorizable polynomial versions from autogen.mathlib --------------------
 _prim("exp", 1, "elementwise", "__m.exp({0})", torch.exp, lambda g, o, a: (g * o,), kind="f", cost=20)
 _prim("log", 1, "elementwise", "__m.log({0})", torch.log, lambda g, o, a: (g / a,), kind="f", cost=20,
@@ -127,13 +173,84 @@ _prim("sigmoid", 1, "elementwise", "__m.sigmoid({0})", torch.sigmoid, lambda g, 
       kind="f", cost=20)
 _prim("erf", 1, "elementwise", "__m.erf({0})", torch.erf,
       lambda g, o, a: (g * 1.1283791670955126 * A("exp", -(a * a)),), kind="f", cost=20)  # 2/sqrt(pi) e^(-a^2)
+# -- more pointwise math from autogen.specfun; derivatives as torch's (tools/autograd/derivatives.yaml)
+_prim("cosh", 1, "elementwise", "__m.cosh({0})", torch.cosh, lambda g, o, a: (g * A("sinh", a),), kind="f", cost=20)
+_prim("sinh", 1, "elementwise", "__m.sinh({0})", torch.sinh, lambda g, o, a: (g * A("cosh", a),), kind="f", cost=20)
+_prim("tan", 1, "elementwise", "__m.tan({0})", torch.tan, lambda g, o, a: (g * (1.0 + o * o),), kind="f", cost=60,
+      domain=(-1.2, 1.2))
+_prim("asin", 1, "elementwise", "__m.asin({0})", torch.asin, lambda g, o, a: (g / A("sqrt", 1.0 - a * a),), kind="f",
+      cost=20, domain=(-0.9, 0.9))
+_prim("acos", 1, "elementwise", "__m.acos({0})", torch.acos, lambda g, o, a: (-g / A("sqrt", 1.0 - a * a),), kind="f",
+      cost=20, domain=(-0.9, 0.9))
+_prim("atan", 1, "elementwise", "__m.atan({0})", torch.atan, lambda g, o, a: (g / (a * a + 1.0),), kind="f", cost=20)
+_prim("atan2", 2, "elementwise", "__m.atan2({0}, {1})", torch.atan2, _atan2grad, kind="f", cost=30)
+_prim("asinh", 1, "elementwise", "__m.asinh({0})", torch.asinh, lambda g, o, a: (g / A("sqrt", a * a + 1.0),),
+      kind="f", cost=30)
+_prim("acosh", 1, "elementwise", "__m.acosh({0})", torch.acosh, lambda g, o, a: (g / A("sqrt", a * a - 1.0),),
+      kind="f", cost=30, domain=(1.1, 4.0))
+_prim("atanh", 1, "elementwise", "__m.atanh({0})", torch.atanh, lambda g, o, a: (g / (1.0 - a * a),), kind="f",
+      cost=30, domain=(-0.9, 0.9))
+_prim("erfc", 1, "elementwise", "__m.erfc({0})", torch.erfc,
+      lambda g, o, a: (g * -1.1283791670955126 * A("exp", -(a * a)),), kind="f", cost=40)
+_prim("erfinv", 1, "elementwise", "__m.erfinv({0})", torch.erfinv,
+      lambda g, o, a: (g * 0.886226925452758 * A("exp", o * o),), kind="f", cost=100, domain=(-0.9, 0.9))
+_prim("exp2", 1, "elementwise", "__m.exp2({0})", torch.exp2, lambda g, o, a: (g * o * 0.6931471805599453,), kind="f",
+      cost=20)
+_prim("log2", 1, "elementwise", "__m.log2({0})", torch.log2, lambda g, o, a: (g / (a * 0.6931471805599453),),
+      kind="f", cost=20, domain=(0.05, 5.0))
+_prim("log10", 1, "elementwise", "__m.log10({0})", torch.log10, lambda g, o, a: (g / (a * 2.302585092994046),),
+      kind="f", cost=20, domain=(0.05, 5.0))
+_prim("logit", 1, "elementwise", "__m.log({0} / (__one - {0}))", torch.logit,  # torch's formula
+      lambda g, o, a: (A("where", A("logical_or", A("lt", a, 0.0), A("gt", a, 1.0)), float("nan"),
+                         g / (a * (1.0 - a))),), kind="f", cost=20, domain=(0.05, 0.95))  # NaN outside [0, 1]
+_prim("lgamma", 1, "elementwise", "__m.lgamma({0})", torch.lgamma, lambda g, o, a: (g * A("digamma", a),), kind="f",
+      cost=60, domain=(0.2, 5.0))
+_prim("digamma", 1, "elementwise", "__m.digamma({0})", torch.digamma, lambda g, o, a: (g * A("trigamma", a),),
+      kind="f", cost=60, domain=(0.2, 5.0))
+_prim("trigamma", 1, "elementwise", "__m.trigamma({0})", lambda a: torch.polygamma(1, a), _no_second_derivative,
+      kind="f", cost=40, domain=(0.2, 5.0))
+_prim("xlogy", 2, "elementwise", "(__nan if {1} != {1} else (__zero if {0} == 0 else {0} * __m.log({1})))",
+      torch.xlogy, lambda g, o, a, b: (_xlog_self_grad("xlogy", g, a, b, 0.0), g * a / b),
+      kind="f", cost=20, domain=(0.1, 3.0))
+_prim("xlog1py", 2, "elementwise", "(__nan if {1} != {1} else (__zero if {0} == 0 else {0} * __m.log1p({1})))",
+      torch.special.xlog1py,
+      lambda g, o, a, b: (_xlog_self_grad("xlog1py", g, a, b, -1.0), g * a / (b + 1.0)),
+      kind="f", cost=20, domain=(0.1, 3.0))
+_prim("hypot", 2, "elementwise", "__m.hypot({0}, {1})", torch.hypot, lambda g, o, a, b: (g * a / o, g * b / o),
+      kind="f", cost=20)
+_prim("logaddexp", 2, "elementwise", "__m.logaddexp({0}, {1})", torch.logaddexp,  # g / (1 + exp(b - a)), ...
+      lambda g, o, a, b: (g * A("sigmoid", a - b), g * A("sigmoid", b - a)), kind="f", cost=30)
+_prim("copysign", 2, "elementwise", "__np.copysign({0}, {1})", torch.copysign,
+      lambda g, o, a, b: (g * A("where", A("eq", a, 0.0), 0.0, o / a), None), kind="f")
+# -- rounding and remainders: zero derivatives, except fmod's and remainder's (a - q b, q of a / b)
+_prim("floor", 1, "elementwise", "__np.floor({0})", torch.floor, _nograd)
+_prim("ceil", 1, "elementwise", "__np.ceil({0})", torch.ceil, _nograd)
+_prim("trunc", 1, "elementwise", "__np.trunc({0})", torch.trunc, _nograd)
+_prim("round", 1, "elementwise", "__np.rint({0})", torch.round, _nograd)  # half to even, as torch
+_prim("fmod", 2, "elementwise", "__np.fmod({0}, {1})", torch.fmod,
+      lambda g, o, a, b: (g, -g * A("trunc", a / b)), kind="f", cost=10, domain=(0.5, 3.0))
+_prim("remainder", 2, "elementwise", "__m.remainder({0}, {1})", torch.remainder,
+      lambda g, o, a, b: (g, -g * A("floordiv", a, b)), kind="f", cost=10, domain=(0.5, 3.0))
+_prim("floordiv", 2, "elementwise", "__m.floordiv({0}, {1})", lambda a, b: torch.div(a, b, rounding_mode="floor"),
+      _nograd, kind="f", cost=10, domain=(0.5, 3.0))
+# -- tests of values and logic on masks
+_prim("isnan", 1, "elementwise", "({0} != {0})", torch.isnan, _nograd, kind="b")
+_prim("isinf", 1, "elementwise", "(abs({0}) == __inf)", torch.isinf, _nograd, kind="b")
+_prim("isfinite", 1, "elementwise", "(abs({0}) < __inf)", torch.isfinite, _nograd, kind="b")
+_prim("logical_not", 1, "elementwise", "({0} ^ True)", torch.logical_not, _nograd, kind="b", args="b")
+_prim("logical_and", 2, "elementwise", "({0} & {1})", torch.logical_and, _nograd, kind="b", args="bb")
+_prim("logical_or", 2, "elementwise", "({0} | {1})", torch.logical_or, _nograd, kind="b", args="bb")
+_prim("logical_xor", 2, "elementwise", "({0} ^ {1})", torch.logical_xor, _nograd, kind="b", args="bb")
 # -- selection -------------------------------------------------------------------------------
 _prim("maximum", 2, "elementwise", "({0} if (({0} > {1}) | ({0} != {0})) else {1})", torch.maximum, _maxgrad)
-_prim("minimum", 2, "elementwise", "({0} if (({0} < {1}) | ({0} != {0})) else {1})", torch.minimum, _maxgrad)
+_prim("minimum", 2, "elementwise", "({0} if (({0} < {1}) | ({0} != {0})) else {1})", torch.minimum, _mingrad)
+_prim("fmax", 2, "elementwise", "({1} if (({1} > {0}) | ({0} != {0})) else {0})", torch.fmax, _fmaxgrad)  # NaN ignored
+_prim("fmin", 2, "elementwise", "({1} if (({1} < {0}) | ({0} != {0})) else {0})", torch.fmin, _fmingrad)
 _prim("where", 3, "elementwise", "({1} if {0} else {2})", torch.where,
       lambda g, o, c, a, b: (None, A("where", c, g, 0.0), A("where", c, 0.0, g)), args="bff")
-_prim("clamp", 3, "elementwise", "({2} if ({1} if {0} < {1} else {0}) > {2} else ({1} if {0} < {1} else {0}))",
-      torch.clamp, _clampgrad)
+# clamp: minimum(maximum(x, lo), hi) as torch's, a NaN bound included
+_LO = "({1} if (({0} < {1}) | ({1} != {1})) else {0})"
+_prim("clamp", 3, "elementwise", "({2} if ((%s > {2}) | ({2} != {2})) else %s)" % (_LO, _LO), torch.clamp, _clampgrad)
 for _name, (_op, _ref) in _CMP.items():
     _prim(_name, 2, "elementwise", "({0} %s {1})" % _op, _ref, _nograd, kind="b")
 # -- reductions: over the last axis (per row) and over everything ----------------------------

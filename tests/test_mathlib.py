@@ -214,3 +214,212 @@ def test_python_fallback_and_types():
     scalar(1.0)
     rettypes = {s.return_type for s in scalar.nopython_signatures}
     assert rettypes == {numba.float32, numba.float64}
+
+
+# -- autogen.specfun: trigonometric, hyperbolic, error and gamma functions ---------------------
+# Accuracy over whole float ranges runs through the generated kernels of the primitives of the same
+# names (the kernels test_primitives compiles anyway: one compile serves both); vectorization is
+# checked on plain loops like the functions above, for a few representative ones.
+def prim_apply(name, *xs):
+    """The generated single-primitive kernel of `name` over equal-length 1-D arrays (one row)."""
+    import torch
+    import autogen
+    from autogen.executor import LossGraph, Problem, interpret
+    from autogen.ir import ELEM, apply as ap, input as leaf
+    dtype = torch.float32 if xs[0].dtype == np.float32 else torch.float64
+    leaves = [leaf(f"a{j}", ELEM) for j in range(len(xs))]
+    node = ap(name, *leaves)
+    prob = Problem(LossGraph("test", "row", (), node, ELEM), xs[0].size, xs[0].size, 1, dtype, {})
+    values = {lf.digest: torch.from_numpy(np.ascontiguousarray(x)).view(1, -1) for lf, x in zip(leaves, xs)}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the serial kernel: no prange variant to compile for a large grid
+    try:
+        with autogen.policy("aggressive"):
+            out = interpret(prob, [*leaves, node], values, "forward")[node.digest]
+    finally:
+        torch.set_num_threads(threads)
+    return out.reshape(-1).numpy()
+
+
+SPECIAL = {  # float64 references (libm through numpy / math)
+    'cosh': np.cosh, 'sinh': np.sinh, 'tan': np.tan, 'asin': np.arcsin, 'acos': np.arccos,
+    'atan': np.arctan, 'asinh': np.arcsinh, 'acosh': np.arccosh, 'atanh': np.arctanh, 'exp2': np.exp2,
+    'log2': np.log2, 'log10': np.log10, 'erfc': np.frompyfunc(math.erfc, 1, 1)}
+
+
+def special_grid(dt):
+    """Random bit patterns over the whole finite range, linspaces, the neighbourhoods of +-1 and 0,
+    the edge values, and the hardest argument of a reduction by pi/2 (6381956970095103 2^797)."""
+    rng = np.random.default_rng(1)
+    ity = np.uint32 if dt == np.float32 else np.uint64
+    x = rng.integers(0, np.iinfo(ity).max, 100_000, dtype=ity, endpoint=True).view(dt)
+    near1 = np.geomspace(1e-7 if dt == np.float32 else 1e-15, 0.5, 5_000)
+    parts = [x[np.isfinite(x)], np.linspace(-30, 30, 100_001), np.linspace(-1.5, 1.5, 100_001),
+             np.geomspace(1e-30, 1, 5_000), -np.geomspace(1e-30, 1, 5_000), 1 + near1, 1 - near1, -1 + near1,
+             edge_values(dt), [6381956970095103 * 2.0 ** 797 if dt == np.float64 else 1.6e38]]
+    with np.errstate(over='ignore'):
+        return np.concatenate([np.asarray(p).astype(dt) for p in parts])
+
+
+def check_accuracy(name, x, y, ref, rel=None):
+    """float32 within 2 ulp of the correctly rounded `ref`; float64 within 1e-14 of it, relative to
+    `rel` (default |ref|), NaN where it is NaN."""
+    if x.dtype == np.float32:
+        with np.errstate(over='ignore', invalid='ignore'):
+            d = ulp_distance_f32(y, ref.astype(np.float32))
+        i = int(np.argmax(d))
+        assert d[i] <= 2, (name, x[i], y[i], ref[i], d[i])
+        return
+    scale = np.maximum(np.abs(ref) if rel is None else rel, np.finfo(np.float64).tiny)
+    with np.errstate(invalid='ignore'):
+        err = np.abs(y - ref) / scale
+    err[(y == ref) | (np.isnan(y) & np.isnan(ref))] = 0
+    err[np.isnan(err)] = np.inf
+    i = int(np.argmax(err))
+    assert err[i] <= 1e-14, (name, x[i], y[i], ref[i], err[i])
+
+
+@pytest.mark.parametrize('dt', DTYPES, ids=['f32', 'f64'])
+@pytest.mark.parametrize('name', list(SPECIAL))
+def test_special_accuracy(name, dt):
+    x = special_grid(dt)
+    with np.errstate(all='ignore'):
+        ref = SPECIAL[name](x.astype(np.float64)).astype(np.float64)
+    check_accuracy(name, x, prim_apply(name, x), ref)
+
+
+def _mp(fn, x):
+    import mpmath
+    with mpmath.workdps(40):
+        return np.array([float(fn(mpmath.mpf(float(v)))) for v in x])
+
+
+@pytest.mark.parametrize('dt', DTYPES, ids=['f32', 'f64'])
+def test_erfinv_lgamma_digamma_accuracy(dt):
+    import mpmath
+    rng = np.random.default_rng(2)
+    y = np.concatenate([rng.uniform(-1, 1, 1000), 1 - np.geomspace(1e-16, 0.5, 200), np.geomspace(1e-300, 0.1, 50)])
+    y = y.astype(dt)
+    check_accuracy('erfinv', y, prim_apply('erfinv', y), _mp(mpmath.erfinv, y))
+    x = np.concatenate([rng.uniform(0, 25, 1000), np.geomspace(1e-30, 1e30, 200), rng.uniform(1.4, 1.5, 200)])
+    x = x[x != 0].astype(dt)
+    check_accuracy('lgamma', x, prim_apply('lgamma', x), _mp(mpmath.loggamma, x))
+    check_accuracy('digamma', x, prim_apply('digamma', x), _mp(mpmath.digamma, x))
+    # below 0: the reflection digamma(1 - x) - pi/tan(pi x) cancels near digamma's negative zeros, as
+    # torch's does: within 1e-14 of the larger term there
+    neg = -rng.uniform(0, 25, 1000).astype(dt)
+    neg = neg[neg != np.round(neg)]
+    n64 = neg.astype(np.float64)
+    big = np.abs(_mp(mpmath.digamma, 1 - n64)) + np.abs(np.pi / np.tan(np.pi * n64))
+    check_accuracy('digamma', neg, prim_apply('digamma', neg), _mp(mpmath.digamma, neg), rel=big)
+
+
+def test_trigamma_is_torchs():
+    # digamma's derivative must be torch's: torch's algorithm (its asymptotic series stops after the
+    # 1/42 term, up to ~5e-9 from the true value), computed with an exact reduction for sin(pi x)
+    import torch
+    x = np.concatenate([np.linspace(0.01, 30, 4001), -np.linspace(0.01, 5, 1001) - 0.005])
+    want = torch.polygamma(1, torch.from_numpy(x)).numpy()
+    got = prim_apply('trigamma', x)
+    np.testing.assert_allclose(got[x > 0], want[x > 0], rtol=1e-12)
+    np.testing.assert_allclose(got[x < 0], want[x < 0], rtol=1e-9)  # torch's sin(pi x) rounds pi x first
+    x32 = x.astype(np.float32)
+    want = torch.polygamma(1, torch.from_numpy(x32.astype(np.float64))).numpy()
+    np.testing.assert_allclose(prim_apply('trigamma', x32), want, rtol=1e-6)
+
+
+BINARY = {'atan2': np.arctan2, 'hypot': np.hypot, 'logaddexp': np.logaddexp,
+          'remainder': np.remainder, 'floordiv': np.floor_divide}
+
+
+@pytest.mark.parametrize('dt', DTYPES, ids=['f32', 'f64'])
+@pytest.mark.parametrize('name', list(BINARY))
+def test_binary_accuracy(name, dt):
+    rng = np.random.default_rng(3)
+    ity = np.uint32 if dt == np.float32 else np.uint64
+    ev = edge_values(dt)
+    ex, ey = np.meshgrid(ev, ev)
+    x, y = [np.concatenate([rng.integers(0, np.iinfo(ity).max, 50_000, dtype=ity, endpoint=True).view(dt),
+                            rng.normal(size=50_000).astype(dt) * 3, e.ravel()]) for e in (ex, ey)]
+    ok = np.isfinite(x) | ~np.isfinite(y)  # random NaN bit patterns only where the other is one too
+    x, y = x[ok], y[ok]
+    got = prim_apply(name, x, y)
+    with np.errstate(all='ignore'):
+        ref = BINARY[name](x.astype(np.float64), y.astype(np.float64))
+    if name in ('remainder', 'floordiv'):  # exact: fmod-based, as torch's (and Python's) definition
+        with np.errstate(all='ignore'):
+            ref = BINARY[name](x, y)
+        assert np.array_equal(got, ref, equal_nan=True)
+        return
+    # logaddexp cancels to ~0 where exp(a) + exp(b) ~ 1 (ill-conditioned there, torch's formula alike)
+    rel = np.maximum(np.abs(ref), np.abs(np.maximum(x, y))) if name == 'logaddexp' else None
+    check_accuracy(name, x, got, ref, rel)
+    zero = (ref == 0) & (got == 0) & (name != 'logaddexp')  # its zeros are tiny sums rounded either way
+    assert np.array_equal(np.signbit(got[zero]), np.signbit(ref[zero])), name
+
+
+# torch's NaN/Inf/overflow behaviour, value by value (a one-element tensor: torch's scalar path; its
+# vectorized cosh/sinh overflow at exp's threshold, 88.7 in float32, not at cosh's own, 89.4)
+TORCH1 = {'cosh': 'cosh', 'sinh': 'sinh', 'tan': 'tan', 'asin': 'asin', 'acos': 'acos', 'atan': 'atan',
+          'asinh': 'asinh', 'acosh': 'acosh', 'atanh': 'atanh', 'erfc': 'erfc', 'erfinv': 'erfinv',
+          'exp2': 'exp2', 'log2': 'log2', 'log10': 'log10', 'lgamma': 'lgamma', 'digamma': 'digamma'}
+
+
+@pytest.mark.parametrize('dt', DTYPES, ids=['f32', 'f64'])
+def test_special_values_match_torch(dt):
+    import torch
+    x = np.concatenate([edge_values(dt), np.array([-2.0, -3.0, -0.5, 1e10, -1e10, 27.0, -27.0, 89.0, 710.0,
+                                                    0.9999999, 1.0000001, 5.5e-5], dtype=dt)])
+    x = x[~(np.abs(x) > np.finfo(dt).max)]
+    cases = [(name, (x,), lambda *t, f=getattr(torch, fn): f(*t)) for name, fn in TORCH1.items()]
+    cases.append(('trigamma', (x[x > 0],), lambda t: torch.polygamma(1, t)))  # torch's reflection: inexact poles
+    ex, ey = [a.ravel() for a in np.meshgrid(x, x)]
+    cases += [(name, (ex, ey), fn) for name, fn in [('atan2', torch.atan2), ('hypot', torch.hypot),
+                                                    ('logaddexp', torch.logaddexp), ('remainder', torch.remainder),
+                                                    ('floordiv', lambda a, b: torch.div(a, b, rounding_mode='floor'))]]
+    for name, args, fn in cases:
+        got = prim_apply(name, *args)
+        want = np.array([fn(*[torch.tensor([a[i]]) for a in args]).item() for i in range(args[0].size)], dtype=dt)
+        bad = (np.isnan(got) != np.isnan(want)) | (np.isinf(got) | np.isinf(want)) & (got != want)
+        bad |= (got == 0) & (want == 0) & (np.signbit(got) != np.signbit(want))
+        with np.errstate(invalid='ignore'):
+            bad |= np.isfinite(want) & (np.abs(got - want) > 1e-5 * np.abs(want) + np.finfo(dt).tiny)
+        if name == 'digamma':  # torch's tan(pi x) next to a pole is inexact (-1 + eps: -3.1e15 against -4.5e15)
+            bad &= ~((x < 0) & (np.abs(x - np.round(x)) < 1e-6))
+        if name == 'logaddexp':  # a zero that is a tiny sum rounded: ours from float64, torch's from float32
+            bad &= ~((got == 0) & (want == 0))
+        i = np.flatnonzero(bad)
+        assert not i.size, (name, [(tuple(a[j] for a in args), got[j], want[j]) for j in i[:5]])
+
+
+@functools.lru_cache(maxsize=None)
+def loop_kernel(name, arity):
+    f = getattr(M, name)
+    if arity == 2:
+        @numba.njit(fastmath=M.KERNEL_FASTMATH, error_model='numpy')
+        def k(a, out):
+            for i in range(a.shape[0]):
+                out[i] = f(a[i], a[i] * 0.5 + 1)
+        return k
+
+    @numba.njit(fastmath=M.KERNEL_FASTMATH, error_model='numpy')
+    def k1(a, out):
+        for i in range(a.shape[0]):
+            out[i] = f(a[i])
+    return k1
+
+
+@pytest.mark.parametrize('dt', DTYPES, ids=['f32', 'f64'])
+@pytest.mark.parametrize('name,arity', [('cosh', 1), ('tan', 1), ('erfinv', 1), ('digamma', 1), ('atan2', 2)])
+def test_special_vectorizes(name, arity, dt):
+    # representative: native float32 code (cosh), float32 through float64 (the others), Payne-Hanek's
+    # table gathers (tan), Newton-like steps (erfinv), a reflection and a recurrence (digamma)
+    k = loop_kernel(name, arity)
+    x = np.linspace(0.1, 0.9, 64).astype(dt)
+    k(x, np.empty_like(x))
+    sig = [s for s in k.signatures if s[0].dtype == numba.from_dtype(np.dtype(dt))][0]
+    llvm_ir = k.inspect_llvm(sig)
+    widths = [int(w) for w in re.findall(r'<(\d+) x (?:float|double)>', llvm_ir)]
+    assert widths and max(widths) >= 4, (name, dt)
+    calls = re.findall(r'call [^@\n]*@"?([\w.$]+)', llvm_ir)
+    assert not [c for c in calls if 'autogen' in c or c in ('tan', 'cosh', 'erf', 'atan2', 'exp', 'log')], calls

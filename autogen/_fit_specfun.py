@@ -1,0 +1,57 @@
+"""Regenerates the polynomial coefficients of autogen.specfun (needs mpmath; not imported at run time).
+
+    python -m autogen._fit_specfun
+
+Each is a Chebyshev interpolant computed in 60-digit arithmetic, of the degree that brings the
+error under 1e-16 (checked in double precision over 2000 points for the odd polynomials).
+"""
+import mpmath as mp
+
+mp.mp.dps = 60
+
+
+def _monomial(f, zmax, deg):
+    """Lowest-first monomial coefficients of f's degree-`deg` interpolant at Chebyshev nodes of [0, zmax]."""
+    xs = [zmax / 2 + zmax / 2 * mp.cos(mp.pi * (k + mp.mpf(1) / 2) / (deg + 1)) for k in range(deg + 1)]
+    c = mp.lu_solve(mp.matrix([[x ** j for j in range(deg + 1)] for x in xs]), mp.matrix([f(x) for x in xs]))
+    return [c[j] for j in range(deg + 1)]
+
+
+def _chebyshev(f, n, keep):
+    """The first `keep` coefficients c_0.. of f's Chebyshev series on [-1, 1], from n nodes."""
+    nodes = [mp.cos(mp.pi * (k + mp.mpf(1) / 2) / n) for k in range(n)]
+    vals = [f(u) for u in nodes]
+    return [(2 if j else 1) * mp.fsum(v * mp.cos(mp.pi * j * (k + mp.mpf(1) / 2) / n) for k, v in enumerate(vals)) / n
+            for j in range(keep)]
+
+
+def odd(fn, zmax, deg):
+    """fn(t) = t + t^3 P(t^2) on t^2 <= zmax: P's coefficients, highest degree first."""
+    def p(z):
+        t = mp.sqrt(z)
+        return (fn(t) - t) / t ** 3 if z else mp.diff(fn, 0, 3) / 6
+    return [float(c) for c in reversed(_monomial(p, mp.mpf(zmax), deg))]
+
+
+def erfc_series():
+    """f(u) with erfc(z) = 2/(2 + z) exp(-z^2 + f(u)), u = (2 - z)/(2 + z)."""
+    def f(u):
+        z = 2 * (1 - u) / (1 + u)
+        return mp.log(mp.erfc(z) * (2 + z) / 2) + z * z
+    return [float(c) for c in _chebyshev(f, 64, 30)]
+
+
+def digamma_series():
+    """R(y) = digamma(y) / (y - x0) on [1, 2], x0 digamma's root, in u = 2y - 3."""
+    x0 = mp.findroot(mp.digamma, 1.46)
+    return [float(c) for c in _chebyshev(lambda u: mp.digamma((u + 3) / 2) / ((u + 3) / 2 - x0), 48, 24)], x0
+
+
+if __name__ == "__main__":
+    print("_ATAN_P =", odd(mp.atan, (mp.mpf(7) / 16) ** 2, 10))
+    print("_ASIN_P =", odd(mp.asin, mp.mpf(1) / 4, 12))
+    print("_TAN_P =", odd(mp.tan, (mp.pi / 4) ** 2, 14))
+    print("_ERFC_CHEB (c_0 first) =", erfc_series())
+    cheb, x0 = digamma_series()
+    print("_DIGAMMA_CHEB (c_0 first) =", cheb)
+    print("_DIGAMMA_X0 =", (float(x0), float(x0 - float(x0))))
