@@ -150,16 +150,17 @@ def graph(name, variant=None):
     x = inp("input", ELEM)
     if name == "prelu":  # the weight per row ('channels'), per column ('columns') or one scalar
         w = inp("weight", {"channels": ROW, "columns": COL}.get(variant, SCALAR))
-        return LossGraph(name, "flat" if variant == "scalar" else "row", (x, w), _prelu(x, None, w), ELEM)
+        return LossGraph(name, "flat" if variant == "scalar" else "row", (x, w), _prelu(x, None, w), ELEM,
+                         "nonlinearity")
     if name == "glu":
         b = inp("gate", ELEM)
-        return LossGraph(name, "flat", (x, b), x * A("sigmoid", b), ELEM)
+        return LossGraph(name, "flat", (x, b), x * A("sigmoid", b), ELEM, "nonlinearity")
     rec = NONLINEARITIES[name]
     if name == "gelu":
         out = _gelu(x, None, variant)
     else:
         out = rec.build(x, param)
-    return LossGraph(name, "flat", (x,), out, ELEM)
+    return LossGraph(name, "flat", (x,), out, ELEM, "nonlinearity")
 
 
 def _dtype(input, name):

@@ -38,6 +38,7 @@ class LossGraph:
     inputs: tuple
     loss: object
     level: int         # level of the loss: SCALAR for mean/sum, ROW or ELEM for reduction='none'
+    kind: str = "loss"  # 'loss' or 'nonlinearity' (whose backward may read its input, as torch's does)
 
 
 @dataclass
@@ -278,15 +279,24 @@ _COSTLY = 20  # when a backward kernel would redo this much math per element (th
 # exp the forward's expm1 does not give, so saving would only add traffic.
 
 
-def _saved_derivative(graph, wrt):
-    """d out / d input of an elementwise graph with one differentiated input, when a backward kernel
-    would redo costly math the forward computes anyway; else None."""
-    if len(wrt) != 1 or graph.level != ELEM or graph.inputs[wrt[0]].level != ELEM:
-        return None
-    if any(n.op in PRIMS and PRIMS[n.op].group not in ("elementwise", "identity") for n in toposort([graph.loss])):
+def _saved_derivatives(graph, wrt):
+    """d out / d input for each differentiated input, when backward can be grad_output times them (each
+    input element reaches one output element: an elementwise graph), else None. Always for an elementwise
+    loss with reduction='none' (the same traffic as a backward kernel reading the inputs): its backward
+    then reads no input, as torch's formulas for most of them keep none (an input changed in place after
+    the forward still gets the forward's gradient). Not for row losses: a derivative row beside each
+    input row is a third stream a backward kernel does not need. For a nonlinearity only when a
+    backward kernel would redo costly math the forward computes anyway."""
+    order = toposort([graph.loss])
+    groups = {PRIMS[n.op].group for n in order if n.op in PRIMS}
+    if graph.level != ELEM or groups - {"elementwise", "identity"} or any(graph.inputs[i].level != ELEM for i in wrt):
         return None  # a reduction or gather: the derivative is not one value per element
-    (d,) = vjp([graph.loss], [const(1.0)], [graph.inputs[wrt[0]]])
-    if d is None or d.level != ELEM:
+    ds = vjp([graph.loss], [const(1.0)], [graph.inputs[i] for i in wrt])
+    if any(d is None or d.level | graph.inputs[i].level != graph.inputs[i].level for d, i in zip(ds, wrt)):
+        return None
+    if graph.kind == "loss":
+        return ds
+    if len(wrt) != 1 or ds[0].level != ELEM:
         return None
     forward, stack = set(), [graph.loss]  # what the forward kernel computes: as codegen, an identity
     while stack:                          # op (gradfix, detach, expand) only through its first argument
@@ -295,8 +305,8 @@ def _saved_derivative(graph, wrt):
             forward.add(n.digest)
             identity = n.op in PRIMS and PRIMS[n.op].group == "identity"
             stack.extend(n.args[:1] if identity else n.args)
-    shared = sum(PRIMS[n.op].cost for n in toposort([d]) if n.op in PRIMS and n.digest in forward)
-    return d if shared >= _COSTLY else None
+    shared = sum(PRIMS[n.op].cost for n in toposort(ds) if n.op in PRIMS and n.digest in forward)
+    return ds if shared >= _COSTLY else None
 
 
 _plans = {}
@@ -346,10 +356,11 @@ def fused_plan(graph, needs, dtype):
                 outs.append((scale, SCALAR))
             plan = FusedPlan(KernelSpec(outs, sdt, f"{label} forward+grad"), wrt, True, scale is not None)
     if plan is None and wrt:
-        d = _saved_derivative(graph, wrt)
-        if d is not None:
-            plan = FusedPlan(KernelSpec([(loss, ELEM), (d, ELEM)], sdt, f"{label} forward+derivative"), wrt,
-                             False, False, derivative=True)
+        ds = _saved_derivatives(graph, wrt)
+        if ds is not None:
+            outs = [(loss, graph.level)] + [(d, graph.inputs[i].level) for d, i in zip(ds, wrt)]
+            plan = FusedPlan(KernelSpec(outs, sdt, f"{label} forward+derivative"), wrt, False, False,
+                             derivative=True)
     if plan is None:
         fwd = KernelSpec([(loss, graph.level)], sdt, f"{label} forward")
         bwd = None
@@ -383,7 +394,7 @@ class FusedEngine:
             scale = outs[-1] if plan.scaled else None
             return outs[0], (plan, grads, scale)
         if plan.derivative:
-            return outs[0], (plan, outs[1].view(tensors[plan.wrt[0]].shape), None)
+            return outs[0], (plan, outs[1:], [tensors[i].shape for i in plan.wrt])
         values["__shapes"] = [t.shape for t in tensors]
         return outs[0], (plan, values, None)
 
@@ -394,9 +405,13 @@ class FusedEngine:
         if plan.in_forward:
             data = scale_grads(data, gout if scale is None else gout * scale)
             return _place(plan.wrt, data, len(prob.graph.inputs))
-        if plan.derivative:
-            grad = pooled_like(data)
-            return _place(plan.wrt, [torch.mul(gout.view(data.shape), data, out=grad)], len(prob.graph.inputs))
+        if plan.derivative:  # grad_output (at the loss's level) times each derivative (at its input's)
+            g = gout.reshape(prob.layout(prob.graph.level))
+            grads = []
+            for d, i, shape in zip(data, plan.wrt, scale):
+                d = d.view(prob.layout(prob.graph.inputs[i].level))
+                grads.append(torch.mul(g, d, out=pooled_like(d)).view(shape))
+            return _place(plan.wrt, grads, len(prob.graph.inputs))
         values = dict(data)
         values["__gout"] = gout.contiguous()
         shapes = values["__shapes"]

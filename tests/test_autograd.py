@@ -100,6 +100,23 @@ def test_loss_forward_mode_and_torch_func_match_torch(case, red):
         for g, w in zip(got_g, want_g):
             torch.testing.assert_close(g, w, **tol, equal_nan=True)
     assert rec.calls and {c.path for c in rec.calls} <= {"fallback", "autogen", "handwritten"}
+    # vmap over a batch of two calls, and the hessian of a reduced loss in its first input
+    stacked = [torch.stack([a, a.flip(0) if a.dim() else a]) for a in args]
+    try:
+        want_v = torch.func.vmap(lambda *a: theirs(*a, **kw))(*stacked)
+    except RuntimeError:  # torch's own loss branches on values (gaussian_nll's var check): no vmap there
+        want_v = None
+    if want_v is not None:
+        with autogen.policy("aggressive"):
+            got_v = torch.func.vmap(lambda *a: ours(*a, **kw, use_autogen=True))(*stacked)
+        torch.testing.assert_close(got_v, want_v, **tol, equal_nan=True)
+    if red != "none" and 0 in diff:
+        def in_first(fn):
+            return lambda x0: fn(x0, *[a.detach() for a in args[1:]], **kw)
+        with autogen.policy("aggressive"):
+            got_h = torch.func.hessian(in_first(lambda *a, **k: ours(*a, **k, use_autogen=True)))(args[0].detach())
+        torch.testing.assert_close(got_h, torch.func.hessian(in_first(theirs))(args[0].detach()), **tol,
+                                   equal_nan=True)
 
 
 @pytest.mark.parametrize("path", list(PATHS))
