@@ -363,12 +363,126 @@ for _op, _name in [(aten.neg, "neg"), (aten.abs, "abs"), (aten.sign, "sign"), (a
                    (aten.tanh, "tanh"), (aten.sigmoid, "sigmoid"), (aten.erf, "erf")]:
     _RULES[_op] = (lambda name: lambda low, n, x: low.ew(n, lambda v: A(name, v), x))(_name)
 
+# the rest of the pointwise part of core ATen that losses use, one primitive each (those torch's
+# decomposition table would rewrite into unstable forms are kept out of it: see _decompositions)
+for _op, _name in [(aten.cosh, "cosh"), (aten.sinh, "sinh"), (aten.tan, "tan"), (aten.asin, "asin"),
+                   (aten.acos, "acos"), (aten.atan, "atan"), (aten.asinh, "asinh"), (aten.acosh, "acosh"),
+                   (aten.atanh, "atanh"), (aten.erfc, "erfc"), (aten.erfinv, "erfinv"), (aten.exp2, "exp2"),
+                   (aten.log2, "log2"), (aten.log10, "log10"), (aten.lgamma, "lgamma"), (aten.digamma, "digamma"),
+                   (aten.isnan, "isnan"), (aten.isinf, "isinf")]:
+    _RULES[_op] = (lambda name: lambda low, n, x: low.ew(n, lambda v: A(name, v), x))(_name)
+
+for _op, _name in [(aten.atan2, "atan2"), (aten.hypot, "hypot"), (aten.logaddexp, "logaddexp"),
+                   (aten.copysign, "copysign"), (aten.fmod, "fmod"), (aten.remainder, "remainder"),
+                   (aten.fmax, "fmax"), (aten.fmin, "fmin"), (aten.xlogy, "xlogy"),
+                   (aten.special_xlog1py, "xlog1py")]:
+    _RULES[_op] = _binary(_name)
+
+
+@_rule(aten.mul)
+def _mul(low, n, a, b):
+    # a product of two masks is their conjunction (torch.isfinite decomposes to one)
+    return low.ew(n, lambda x, y: A("logical_and" if x.kind == y.kind == "b" else "mul", x, y), a, b)
+
+
+def _logical(name, masks_only):
+    def rule(low, n, *args):
+        def build(*xs):
+            if masks_only and any(x.kind != "b" for x in xs):
+                raise _Unsupported(f"bitwise {name[8:]} of integers", "")
+            return A(name, *[x if x.kind == "b" else A("ne", x, 0) for x in xs])
+        return low.ew(n, build, *args)
+    return rule
+
+
+for _op, _name, _masks in [(aten.logical_not, "logical_not", False), (aten.logical_and, "logical_and", False),
+                           (aten.logical_or, "logical_or", False), (aten.logical_xor, "logical_xor", False),
+                           (aten.bitwise_not, "logical_not", True), (aten.bitwise_and, "logical_and", True),
+                           (aten.bitwise_or, "logical_or", True), (aten.bitwise_xor, "logical_xor", True)]:
+    _RULES[_op] = _logical(_name, _masks)
+
+
+@_rule(aten.floor, aten.ceil, aten.trunc, aten.round)
+def _rounding(low, n, x, *, decimals=0):
+    name = n.target.overloadpacket.__name__
+    xv = low.arg(x)
+    if xv.node.kind != "f":  # integers are their own floor
+        return xv
+    if decimals == 0:
+        return low.ew(n, lambda v: A(name, v), x)
+    scale = float(10 ** abs(decimals))  # torch's round(x, decimals): rint(x * 10^d) / 10^d, or rint(x / 10^-d) * 10^-d
+    if decimals > 0:
+        return low.ew(n, lambda v: A("round", v * scale) / scale, x)
+    return low.ew(n, lambda v: A("round", v / scale) * scale, x)
+
+
+@_rule(aten.logit)
+def _logit(low, n, x, eps=None):
+    if eps is None or eps < 0:
+        return low.ew(n, lambda v: A("logit", v), x)
+    # torch clamps to [eps, 1 - eps] first; the gradient is 0 outside, as torch's logit_backward
+    return low.ew(n, lambda v: A("logit", A("clamp", v, float(eps), 1.0 - float(eps))), x)
+
+
+@_rule(aten.logsumexp)
+def _logsumexp(low, n, x, dims, keepdim=False):
+    # torch's form, max + log(sum(exp(x - max))), with an infinite max taken as 0; the max is detached,
+    # so the gradient is exp(x - logsumexp) (torch's logsumexp_backward), not a sum of two terms
+    xv = low.arg(x)
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    m = low.reduce(n, xv, dims, True, "max").node
+    m = A("detach", A("where", A("isinf", m), 0.0, m))
+    s = low.reduce(n, V(A("exp", xv.node - m), xv.shape, xv.axes), dims, keepdim, "sum")
+    return V(A("log", s.node) + m, s.shape, s.axes)
+
+
+@_rule(aten.any, aten.all)
+def _any(low, n, x, dim=None, keepdim=False):
+    xv = low.arg(x)
+    b = xv.node if xv.node.kind == "b" else A("ne", xv.node, 0)
+    every = n.target.overloadpacket is aten.all
+    hit = A("where", b, 0.0, 1.0) if every else A("where", b, 1.0, 0.0)  # all: no element fails
+    dims = None if dim is None else [dim] if isinstance(dim, int) else list(dim)
+    r = low.reduce(n, V(hit, xv.shape, xv.axes), dims, keepdim, "max")  # -inf when empty
+    return V(A("lt", r.node, 0.5) if every else A("gt", r.node, 0.5), r.shape, r.axes)
+
+
+def _check_assert(value, msg):
+    if not bool(value.all()):
+        raise RuntimeError(msg)
+
+
+inline.CHECKS["assert"] = _check_assert
+
+
+@_rule(aten._assert_async)
+def _assert_async(low, n, cond, msg="Expected Tensor with single nonzero value, but got zero"):
+    # torch's own checks inside a trace (F.one_hot's class range): run in torch before the kernel
+    c = low.arg(cond).node
+    low.checks.append(("assert", c if c.kind == "b" else A("ne", c, 0), (msg,)))
+
+
+@_rule(aten.arange)
+def _arange(low, n, *args, **kwargs):
+    nums = [a.value if isinstance(a, _Sym) else a for a in (low.arg(a) for a in args)]
+    start, end, step = (0, nums[0], 1) if len(nums) == 1 else (nums + [1])[:3]
+    C = low.base[low.k]
+    if (start, end, step) != (0, C, 1) or n.meta["val"].dtype.is_floating_point:
+        raise _Unsupported(f"arange({start}, {end}, {step}) (only the column index arange(C) of the last "
+                           f"dimension, C = {C})", "")
+    return V(iota(), (C,), (low.k if C != 1 else None,))
+
 
 @_rule(aten.div)
 def _div(low, n, a, b, *, rounding_mode=None):
-    if rounding_mode is not None:
-        raise _Unsupported(f"division with rounding_mode={rounding_mode!r}", "")
-    return low.ew(n, lambda x, y: x / y, a, b)
+    if rounding_mode is None:
+        return low.ew(n, lambda x, y: x / y, a, b)
+
+    def build(x, y):
+        if x.kind != "f" and y.kind != "f":
+            raise _Unsupported(f"integer division with rounding_mode={rounding_mode!r}", "")
+        return A("floordiv", x, y) if rounding_mode == "floor" else A("trunc", x / y)  # torch: trunc(a / b)
+    return low.ew(n, build, a, b)
 
 
 @_rule(aten.rsub)
@@ -405,9 +519,9 @@ def _where(low, n, c, a, b):
 def _clamp_to(x, lo, hi):
     if lo is not None and hi is not None:
         return A("clamp", x, lo, hi)
-    if lo is not None:
-        return D._clamp_min(x, lo)
-    return -D._clamp_min(-x, -hi if not isinstance(hi, Node) else -hi)
+    if lo is not None:  # a tensor bound gets its gradient (where x < lo) from clamp's rule
+        return D._clamp_min(x, lo) if lo.op == "const" else A("clamp", x, lo, float("inf"))
+    return -D._clamp_min(-x, -hi) if hi.op == "const" else A("clamp", x, -float("inf"), hi)
 
 
 @_rule(aten.clamp, aten.clamp_min, aten.clamp_max, aten.clamp_, aten.clamp_min_, aten.clamp_max_)
@@ -593,8 +707,10 @@ def _detach(low, n, x):
 def _to(low, n, x, *args, **kwargs):
     xv = low.arg(x)
     dtype = n.meta["val"].dtype
-    if dtype.is_floating_point and xv.node.kind == "b":
-        return V(A("where", xv.node, 1.0, 0.0), xv.shape, xv.axes)
+    if dtype != torch.bool and xv.node.kind == "b":  # a mask as numbers; as an integer (F.one_hot's int64)
+        return V(A("where", xv.node, 1.0, 0.0), xv.shape, xv.axes)  # 0/1 in the compute dtype, exact
+    if dtype == torch.bool:
+        return V(A("ne", xv.node, 0), xv.shape, xv.axes)
     if dtype.is_floating_point or (dtype == torch.int64 and xv.node.kind == "i"):
         return xv
     raise _Unsupported(f"a conversion to {dtype}", "")
@@ -694,6 +810,12 @@ def _decompositions():
         for op in (aten._log_softmax.default, aten._softmax.default, aten.gelu.default, aten.silu.default,
                    aten.relu.default):
             table.pop(op, None)  # lowered directly: stable forms with exact derivatives
+        table.pop(aten.detach.default, None)  # the table makes it an alias: x.detach() lost its meaning
+        # primitives of their own: the table's forms have other derivatives than torch's (xlogy's at x = 0,
+        # logaddexp's at equal infinities, logit's outside [0, 1]) or sum two gradient terms (logsumexp)
+        own = {aten.logsumexp, aten.logaddexp, aten.logit, aten.xlogy, aten.special_xlog1py}
+        for op in [op for op in table if getattr(op, "overloadpacket", None) in own]:
+            del table[op]
         _DECOMP = table
     return _DECOMP
 
