@@ -108,3 +108,4 @@ def ce_rows_torch(z, t, ignore, f, eps, zl, cap, want_grad):
             g *= 1.0 - (z / cap) ** 2
         z.copy_(torch.where(valid, g, 0.0))
     return torch.where(valid, loss, 0.0)[:, 0], torch.where(valid, lse, 0.0)[:, 0]
+
