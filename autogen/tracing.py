@@ -787,6 +787,9 @@ def _inline_input(low, graph, leaf, v):
         node = node * 1.0
     elif leaf.kind != node.kind:
         raise _Unsupported(f"{graph.name}'s {leaf.attr} of kind {node.kind}", "")
+    if graph.mode == "row" and leaf.level == ROW and v.axes == (low.k,) and tuple(v.shape) == low.base[:-1]:
+        node = _as_rows(low, node)  # a (N,) target when N == C: broadcasting put it along the columns
+        v = V(node, v.shape, (0,))
     if graph.mode == "row":  # the loss's rows and columns must be the trace's
         have = low.norm(node.level) if _FLAT in v.axes else low.norm(low.level(v.axes))
         if _FLAT in v.axes or have != low.norm(leaf.level) or low.norm(node.level) != have or (
@@ -794,6 +797,26 @@ def _inline_input(low, graph, leaf, v):
             raise _Unsupported(f"{graph.name} over a dimension that is not the last of the loss's input "
                                f"{list(low.base)} ({leaf.attr} of shape {list(v.shape)})", "")
     return node
+
+
+def _as_rows(low, node):
+    """A per-column value computed elementwise from inputs, read per row instead: each input a twin leaf
+    over the same tensor (the kernel then reads it at the row's index)."""
+    memo = {}
+    for x in toposort([node]):
+        if x.op == "input" and x.level == COL:
+            twin = inp(f"{x.attr}_rows", ROW, x.kind)
+            if all(t.digest != twin.digest for t, _, _ in low.inputs):
+                i, how = next((i, how) for t, i, how in low.inputs if t.digest == x.digest)
+                low.inputs.append((twin, i, how))
+            memo[x.digest] = twin
+        elif not x.args and x.op != "iota":
+            memo[x.digest] = x
+        elif x.op in PRIMS and PRIMS[x.op].group in ("elementwise", "identity") and x.op != "expand":
+            memo[x.digest] = A(x.op, *[memo[a.digest] for a in x.args])
+        else:
+            raise _Unsupported("a per-row value of a loss that is computed along the columns", "")
+    return memo[node.digest]
 
 
 # -- tracing and running ------------------------------------------------------------------------
@@ -979,17 +1002,21 @@ def _signature(module, tensors):
             _tensor_state(module))
 
 
-def _tensor_state(module):
+def _tensor_state(module, sub=False):
     """The tensors a module and its submodules hold, by identity (with requires_grad, shape and dtype):
-    a trace reads them as kernel inputs, so a new tensor in an attribute traces again."""
+    a trace reads them as kernel inputs, so a new tensor in an attribute traces again. Also the string
+    attributes (a reduction) and, of submodules (a torch.nn loss held by the module), the numbers: a trace
+    bakes them in."""
     out = []
     for d in (module._parameters, module._buffers, vars(module)):
         for k, v in d.items():
             if isinstance(v, torch.Tensor):
                 out.append((k, id(v), v.requires_grad, v.shape, v.dtype))
-    for sub in module._modules.values():
-        if sub is not None:
-            out.append(_tensor_state(sub))
+            elif isinstance(v, str) or sub and isinstance(v, (int, float, bool)):
+                out.append((k, v))
+    for m in module._modules.values():
+        if m is not None:
+            out.append(_tensor_state(m, True))
     return tuple(out)
 
 

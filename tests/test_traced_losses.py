@@ -1,0 +1,344 @@
+"""torch.nn.functional's losses and nonlinearities inside @autogen_loss modules: lowered through the engine's
+own decompositions and fused with the rest of the user's graph, against torch eager, values and gradients.
+
+Each distinct graph compiles a kernel (~0.5 s, float32 and float64 apart), so the table is covered without
+its full product: every case of tests/cases.py in every reduction, alone, in one dtype per loss and reduction
+kind (`_dtype`: each loss runs in both); each loss once more composed with a second term, the three forms
+(`+ 0.1 * other`, `* 2`, `/ x.size(0)`) and the reductions rotating over the losses; every nonlinearity
+case alone through torch.nn.functional, every third also through autogen.functional and composed. Cases
+that cannot fuse yet are listed in EAGER with the reason: they must warn once and give torch's result, so
+none falls back silently.
+"""
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import autogen
+from autogen import autogen_loss
+from autogen import functional as AF
+from cases import CASES, DTYPES, tolerances
+
+# the engine's own warnings (a fallback, a failed kernel) fail every test that does not expect one
+pytestmark = pytest.mark.filterwarnings("error:autogen:RuntimeWarning")
+
+# case id -> why it runs eagerly (asserted: one warning naming it, torch's numbers)
+EAGER = {
+    "cross_entropy-kdim": "target of shape",  # (N, C, d1..dK): the class dimension is not the last one,
+    "nll_loss-kdim": "target of shape",       # the trace's rows run along the input's last dimension
+    "prelu-default": "requires grad",         # a learnable weight held by the module: its gradient
+    "glu-default": "slice",                   # halves of the input: a slice, no IR value
+    "glu-0": "slice",
+}
+EAGER_MESSAGES = {"target of shape": "input 1 of shape", "requires grad": "requires grad", "slice": "slice",
+                  "whole-tensor reduction": "whole-tensor reduction"}
+
+def _plus(loss, x):
+    """loss + 0.1 * other, `other` a mean of x * x down to the loss's shape (a whole-tensor mean beside a
+    per-element loss is a schedule the fused kernel does not have yet: test_whole_mean_beside_per_element)."""
+    other = x * x
+    while other.dim() > loss.dim():
+        other = other.mean(-1)
+    return loss + 0.1 * other
+
+
+COMPOSE = {
+    "alone": lambda loss, x: loss,
+    "plus": _plus,
+    "times": lambda loss, x: loss * 2,
+    "per_batch": lambda loss, x: loss / x.size(0),
+}
+
+
+def _module(name, fn, compose, state=None):
+    """An @autogen_loss class named `name` whose forward is COMPOSE[compose](fn(*inputs), inputs[0])."""
+    def __init__(self):
+        torch.nn.Module.__init__(self)
+        for k, v in (state or {}).items():
+            setattr(self, k, v)
+
+    def forward(self, *args):
+        return COMPOSE[compose](fn(self, *args), args[0])
+
+    return autogen_loss(type(name, (torch.nn.Module,), {"__init__": __init__, "forward": forward}))
+
+
+def _compare(cls, args, dtype, eager_reason=None, ref_cls=None):
+    """cls(use_autogen=True) against (ref_cls or cls)() (torch eager): values, gradients (allclose per element
+    at tolerances(dtype)) and what the record says ran."""
+    ours = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+    ref_mod, our_mod = (ref_cls or cls)(), cls(use_autogen=True)
+    ref = ref_mod(*args)
+    gout = torch.rand_like(ref) + 0.5 if ref.dim() else torch.tensor(1.0, dtype=ref.dtype)
+    diff = [i for i, a in enumerate(args) if a.requires_grad]
+    want = torch.autograd.grad(ref, [args[i] for i in diff], gout, allow_unused=True) if diff else ()
+    with autogen.policy("aggressive"), autogen.record() as rec, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = our_mod(*ours)
+        got = torch.autograd.grad(out, [ours[i] for i in diff], gout, allow_unused=True) if diff else ()
+    engine = [w for w in caught if issubclass(w.category, RuntimeWarning) and str(w.message).startswith("autogen")]
+    tol = tolerances(dtype)
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    torch.testing.assert_close(out, ref, equal_nan=True, **tol)
+    for g, w, i in zip(got, want, diff):
+        g = torch.zeros_like(args[i]) if g is None else g
+        w = torch.zeros_like(args[i]) if w is None else w
+        torch.testing.assert_close(g, w, equal_nan=True, **tol, msg=lambda m: f"gradient of input {i}: {m}")
+    name = cls.__name__
+    if eager_reason is None:
+        assert not engine, [str(w.message) for w in engine]
+        phases = ["forward", "backward"] if diff else ["forward"]
+        assert [(c.op, c.path, c.fused, c.phase) for c in rec.calls] == [(name, "autogen", True, p) for p in phases]
+    else:
+        assert len(engine) == 1 and f"autogen_loss {name}" in str(engine[0].message), [str(w.message) for w in engine]
+        assert EAGER_MESSAGES[eager_reason] in str(engine[0].message), str(engine[0].message)
+        assert not any(c.op == name for c in rec.calls)  # (autogen.functional's own calls may run fused)
+
+
+# -- the loss table ---------------------------------------------------------------------------------
+def _dtype(case, reduction):
+    """One dtype per loss for reduction='none', the other for its reduced forms: every loss runs in both,
+    its cases of one structure (options that are runtime params) share a kernel, and so do the mean and
+    the sum of an elementwise loss (the sum times 1/n or times 1)."""
+    k = AF.LOSSES.index(case.name)
+    return DTYPES[(k + (reduction != "none")) % 2]
+
+
+def _loss_params():
+    """(case, reduction, dtype, composition): every case x reduction alone; each loss's first case composed
+    once, forms, reductions and dtypes rotating."""
+    seen = []
+    for case in CASES:
+        for red in case.reductions:
+            yield pytest.param(case, red, _dtype(case, red), "alone", id=f"{case.id}-{red}-{_dtype(case, red)}")
+        if case.name not in seen and case.id not in EAGER:
+            k = len(seen)
+            seen.append(case.name)
+            red = case.reductions[k % 3]                  # the 18 losses run the 9 (reduction, form) pairs
+            form = ("plus", "times", "per_batch")[(k // 3) % 3]  # twice, once in each dtype
+            dtype = DTYPES[(k // 9) % 2]
+            yield pytest.param(case, red, dtype, form, id=f"{case.id}-{red}-{dtype}-{form}")
+
+
+@pytest.mark.parametrize("case,reduction,dtype,compose", list(_loss_params()))
+def test_loss_table(case, reduction, dtype, compose):
+    torch.manual_seed(0)
+    args, kwargs = case.build(dtype)
+    kwargs = dict(kwargs, reduction=reduction)  # tensor options (weights) are constants of the trace
+    fn = getattr(TF, case.name)
+    cls = _module(f"{case.name}_{reduction}_{compose}", lambda self, *a: fn(*a, **kwargs), compose)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "reduction: 'mean' divides")  # kl_div's own warning
+        _compare(cls, args, dtype, EAGER.get(case.id) if compose == "alone" else None)
+
+
+def test_every_loss_is_covered():
+    assert {c.name for c in CASES} == set(AF.LOSSES)
+    composed = {p.values[0].name for p in _loss_params() if p.values[3] != "alone"}
+    forms = {p.values[3] for p in _loss_params()}
+    assert composed == set(AF.LOSSES) and forms == set(COMPOSE)
+
+
+# -- the nonlinearity table (test_nonlinearities' options) ---------------------------------------------
+NL_OPTIONS = {
+    "leaky_relu": [{"negative_slope": 0.2}], "elu": [{"alpha": 0.5}], "celu": [{"alpha": 2.0}],
+    "gelu": [{"approximate": "tanh"}], "softplus": [{"beta": 2.0, "threshold": 5.0}],
+    "hardtanh": [{"min_val": -0.5, "max_val": 2.0}], "hardshrink": [{"lambd": 1.0}], "softshrink": [{"lambd": 1.0}],
+    "glu": [{"dim": 0}],
+}
+NL_REQUIRED = {"threshold": {"threshold": 0.5, "value": -3.0}}
+NL_CASES = [(name, {**NL_REQUIRED.get(name, {}), **opts}) for name in AF.NONLINEARITIES
+            for opts in [{}] + NL_OPTIONS.get(name, [])]
+
+
+def _nl_params():
+    """(name, options, dtype, composition, api): every case alone through torch.nn.functional, the dtype
+    alternating; every third case also through autogen.functional and composed, forms rotating."""
+    for i, (name, opts) in enumerate(NL_CASES):
+        label = f"{name}-{'-'.join(map(str, opts.values())) or 'default'}"
+        k = AF.NONLINEARITIES.index(name)  # one dtype per function: its options' cases share a kernel
+        dtype, other = DTYPES[k % 2], DTYPES[(k + 1) % 2]
+        yield pytest.param(name, opts, dtype, "alone", "torch", id=f"{label}-{dtype}")
+        if i % 3 == 0 and label not in EAGER:
+            yield pytest.param(name, opts, dtype, "alone", "autogen", id=f"{label}-{dtype}-autogen.functional")
+        if i % 3 == 0 and label not in EAGER:
+            form = ("plus", "times", "per_batch")[(i // 3) % 3]
+            yield pytest.param(name, opts, other, form, "torch", id=f"{label}-{other}-{form}")
+
+
+@pytest.mark.parametrize("name,opts,dtype,compose,api", list(_nl_params()))
+def test_nonlinearity_table(name, opts, dtype, compose, api):
+    torch.manual_seed(0)
+    x = (torch.randn(6, 8, dtype=dtype) * 3).requires_grad_()
+    label = f"{name}-{'-'.join(map(str, opts.values())) or 'default'}"
+    state = {}
+    if name == "prelu":  # as torch.nn.PReLU holds it: a learnable parameter of the module
+        state["weight"] = torch.nn.Parameter(torch.rand(8, dtype=dtype) - 0.3)
+
+    def module(fn):
+        call = (lambda self, a: fn(a, self.weight)) if name == "prelu" else (lambda self, a: fn(a, **opts))
+        return _module(f"{name}_{compose}_{api}", call, compose, state)
+    ref = module(getattr(TF, name))  # torch's function is the oracle, also of autogen.functional's
+    cls = module(getattr(TF if api == "torch" else AF, name))
+    _compare(cls, [x], dtype, EAGER.get(label) if compose == "alone" else None, ref)
+
+
+def test_prelu_with_a_constant_weight_fuses():
+    x = torch.randn(6, 8, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(8, dtype=torch.float64) - 0.3
+    _compare(_module("PreluConst", lambda self, a: TF.prelu(a, self.w), "plus", {"w": w}), [x], torch.float64)
+
+
+def test_whole_mean_beside_per_element_runs_eagerly():
+    """A per-element loss plus a whole-tensor mean needs the mean before any element's value: not one fused
+    kernel yet; it warns once and runs eagerly."""
+    x, t = torch.randn(6, 7, requires_grad=True), torch.randn(6, 7)
+    whole = _module("NoneAndMean", lambda self, a, b: TF.mse_loss(a, b, reduction="none") + (a * a).mean(), "alone")
+    _compare(whole, [x, t], torch.float32, "whole-tensor reduction")
+
+
+# -- the issue's losses ------------------------------------------------------------------------------
+def _lse(x):  # logsumexp over the last dimension, in ops every trace lowers
+    m = x.amax(-1, keepdim=True)
+    return (m + (x - m).exp().sum(-1, keepdim=True).log()).squeeze(-1)
+
+
+ISSUE_LOSSES = {
+    "z_loss": lambda self, x, t: TF.cross_entropy(x, t) + 1e-4 * (_lse(x) ** 2).mean(),
+    "soft_capped_ce": lambda self, x, t: TF.cross_entropy(30 * torch.tanh(x / 30), t),
+    "soft_capped_smoothed_ce": lambda self, x, t: TF.cross_entropy(30 * torch.tanh(x / 30), t, ignore_index=2,
+                                                                   label_smoothing=0.1, reduction="sum"),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", list(ISSUE_LOSSES))
+def test_issue_losses(name, dtype):
+    torch.manual_seed(0)
+    x = (torch.randn(64, 5, dtype=dtype) * 4).requires_grad_()
+    t = torch.randint(0, 5, (64,))
+    _compare(_module(name, ISSUE_LOSSES[name], "alone"), [x, t], dtype)
+
+
+# -- tensors the module holds ----------------------------------------------------------------------
+@pytest.mark.parametrize("how", ["attribute", "buffer", "closure"])
+def test_tensor_constants_are_kernel_inputs(how):
+    """A weight the module holds is read at every call: a new tensor in the attribute traces again (same
+    kernel), a change in place is seen as it is."""
+    x = torch.randn(9, 7, dtype=torch.float64, requires_grad=True)
+    t = torch.randint(0, 7, (9,))
+    w = torch.rand(7, dtype=torch.float64) + 0.5
+    if how == "closure":
+        def fn(self, a, b):
+            return TF.cross_entropy(a, b, weight=w) + 0.1 * (a * w).mean()
+        cls = _module("HeldClosure", fn, "alone")
+    else:
+        def fn(self, a, b):
+            return TF.cross_entropy(a, b, weight=self.w) + TF.mse_loss(a, a.detach() * self.w, reduction="sum")
+        cls = _module(f"Held_{how}", fn, "alone")
+        if how == "buffer":
+            base_init = cls.__init__
+
+            def __init__(self, *args, **kwargs):
+                base_init(self, *args, **kwargs)
+                self.register_buffer("w", w)
+            cls.__init__ = __init__
+        else:
+            cls.__init__ = _with_state(cls.__init__, {"w": w})
+    _compare(cls, [x, t], torch.float64)
+    w.mul_(2.0)  # in place: the trace reads the same tensor
+    _compare(cls, [x, t], torch.float64)
+    if how == "attribute":
+        cls.__init__ = _with_state(cls.__init__, {"w": torch.rand(7, dtype=torch.float64) + 0.5})
+        _compare(cls, [x, t], torch.float64)
+
+
+def _with_state(init, state):
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        for k, v in state.items():
+            setattr(self, k, v)
+    return __init__
+
+
+def test_learnable_parameter_of_the_loss_runs_eagerly_with_its_gradient():
+    """A tensor of the module that requires grad would lose its gradient in a kernel: one warning, eager."""
+    x, t = torch.randn(6, 7, requires_grad=True), torch.randn(6, 7)
+    cls = _module("LearnedScale", lambda self, a, b: TF.mse_loss(a, b) * self.s.exp() + self.s, "alone",
+                  {"s": torch.nn.Parameter(torch.tensor(0.3))})
+    _compare(cls, [x, t], torch.float32, "requires grad")
+    m = cls(use_autogen=True)
+    with autogen.policy("aggressive"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        m(x, t).backward()
+    ref = cls()
+    ref(x, t).backward()
+    torch.testing.assert_close(m.s.grad, ref.s.grad)
+
+
+# -- torch's checks on values, before any kernel ------------------------------------------------------
+def _with(t, index, value):
+    t = t.clone()
+    t.view(-1)[index] = value
+    return t
+
+
+CHECKED = {  # name: (loss on (x, y), x, y, torch's error type, message)
+    "ce_class_out_of_range": (lambda x, y: TF.cross_entropy(x, y), torch.randn(4, 5), torch.tensor([0, 1, 5, 2]),
+                              IndexError, "Target 5 is out of bounds"),
+    "ce_negative_class": (lambda x, y: TF.cross_entropy(x * 2, y, label_smoothing=0.1), torch.randn(4, 5),
+                          torch.tensor([0, -1, 3, 2]), IndexError, "Target -1 is out of bounds"),
+    "nll_class_out_of_range": (lambda x, y: TF.nll_loss(x.log_softmax(-1), y, reduction="none"), torch.randn(4, 5),
+                               torch.tensor([0, 7, 3, 2]), IndexError, "Target 7 is out of bounds"),
+    "multi_margin_target": (lambda x, y: TF.multi_margin_loss(x, y), torch.randn(4, 5), torch.tensor([0, 1, 9, 2]),
+                            RuntimeError, "target out of range"),
+    "gaussian_negative_var": (lambda x, y: TF.gaussian_nll_loss(x, x.detach() * 0.5, y), torch.randn(4, 5),
+                              _with(torch.rand(4, 5) + 0.1, 7, -0.5), ValueError, "var has negative entry"),
+    "bce_input_above_one": (lambda x, y: TF.binary_cross_entropy(torch.sigmoid(x) * 1.5, y), _with(torch.randn(4, 5), 3, 4.0),
+                            torch.rand(4, 5), RuntimeError, "all elements of input should be between 0 and 1"),
+    "bce_target_below_zero": (lambda x, y: TF.binary_cross_entropy(torch.sigmoid(x), y), torch.randn(4, 5),
+                              _with(torch.rand(4, 5), 11, -0.25), RuntimeError, "all elements of target should be between 0 and 1"),
+}
+
+
+@pytest.mark.parametrize("name", list(CHECKED))
+def test_value_checks_raise_torchs_errors_before_the_kernel(name):
+    loss, x, y, error, message = CHECKED[name]
+    x = x.requires_grad_()
+    with pytest.raises(error, match=message):
+        loss(x, y)
+    cls = _module(name, lambda self, a, b: loss(a, b), "alone")
+    with autogen.policy("aggressive"), autogen.record() as rec, pytest.raises(error, match=message):
+        cls(use_autogen=True)(x, y)
+    assert not rec.calls  # no kernel ran
+
+
+def test_ignore_index_stays_legal():
+    """ignore_index outside [0, C) (torch's default -100, or any other) is no error, and its rows count zero."""
+    torch.manual_seed(0)
+    x = torch.randn(8, 5, dtype=torch.float64, requires_grad=True)
+    t = torch.tensor([0, 7, 3, 7, 4, -100, 1, 2])
+    fn = lambda self, a, b: TF.cross_entropy(a, b, ignore_index=7, label_smoothing=0.1)  # noqa: E731
+    _compare(_module("IgnoreBeyondC", fn, "alone"), [x, t.clamp(min=0)], torch.float64)
+    _compare(_module("IgnoreDefault", lambda self, a, b: TF.cross_entropy(a, b), "per_batch"), [x, t.clamp(max=4)],
+             torch.float64)
+
+
+def test_new_batch_size_reuses_the_inlined_kernel():
+    """Sizes (1/N of a mean, eps/C of label smoothing) are runtime params: a new batch size traces again into
+    the same graph and kernel. (A batch of 1 specializes the trace, and a batch of C classes reads its (N,)
+    target per row through a twin input: right numbers, kernels of their own.)"""
+    from autogen import compiler
+    cls = _module("SmoothedBatch", lambda self, a, b: TF.cross_entropy(a, b, label_smoothing=0.2), "plus")
+    torch.manual_seed(0)
+    for i, n in enumerate((12, 7, 40, 2, 5, 1)):
+        x = torch.randn(n, 5, requires_grad=True)
+        t = torch.randint(0, 5, (n,))
+        if i == 0:
+            _compare(cls, [x, t], torch.float32)
+            before = set(compiler._kernels)
+            continue
+        _compare(cls, [x, t], torch.float32)
+        if n not in (5, 1):
+            assert set(compiler._kernels) == before, f"batch size {n} compiled a new kernel"
