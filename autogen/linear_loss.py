@@ -35,12 +35,12 @@ _REDUCTIONS = ("none", "mean", "sum")
 _warned = set()
 
 
-def chunk_rows(N, V, dtype, chunk_size=None):
-    """Rows per chunk: `chunk_size`, or as many as CHUNK_BYTES holds, evened out over the chunks
-    (2048 rows at 600 per chunk run as 4 chunks of 512, not 3 of 600 and one of 248)."""
+def chunk_rows(N, V, itemsize, chunk_size=None):
+    """Rows per chunk: `chunk_size`, or as many rows of V logits of `itemsize` bytes as CHUNK_BYTES holds,
+    evened out over the chunks (2048 rows at 600 per chunk: 4 chunks of 512, not 3 of 600 and one of 248)."""
     if chunk_size is not None:
         return max(1, min(chunk_size, N))
-    per_row = V * {torch.bfloat16: 6, torch.float64: 8}.get(dtype, 4)  # bf16: float32 logits, bf16 gradient
+    per_row = V * itemsize
     rows = max(1, CHUNK_BYTES // max(per_row, 1))
     if rows >= N:
         return max(N, 1)
@@ -64,12 +64,14 @@ def _step_kernel(z, t, o, f, want_grad):
     """The chunk by the handwritten kernel: (loss rows, lse rows, None, gradient written over z)."""
     from .kernels import linear as K
     n, V = z.shape
-    F = K.NP[z.dtype]
-    rows = K.ce_rows(F, want_grad, o.eps != 0.0, o.cap is not None, o.zl != 0.0)
+    bf16 = z.dtype == torch.bfloat16
+    F = np.float32 if bf16 else K.NP[z.dtype]
+    rows = K.ce_rows(F, want_grad, o.eps != 0.0, o.cap is not None, o.zl != 0.0, bf16)
+    x = z.view(-1).view(torch.int16).numpy().view(np.uint16) if bf16 else z.view(-1).numpy()
     loss = np.empty(n, np.float64)
     lse = np.empty(n, F)
-    split_run(rows, n, (z.view(-1).numpy(), V, t.numpy(), o.ignore, f.numpy(), o.eps, o.zl,
-                        F(o.cap if o.cap is not None else 1.0), loss, lse), work=n * V)
+    split_run(rows, n, (x, V, t.numpy(), o.ignore, f.numpy(), o.eps, o.zl, F(o.cap if o.cap is not None else 1.0),
+                        loss, lse), work=n * V)
     return torch.from_numpy(loss), torch.from_numpy(lse), None, z
 
 
@@ -133,20 +135,18 @@ def _buffer(n, dtype):
     return pooled(n, dtype)
 
 
-_ACC_ROWS = 1024  # rows of dW per step of _accumulate: a 2 MB float32 temporary, in cache
-
-
 def _accumulate(dw, part, first):
-    """dw (float32) += part (bfloat16), block by block through a small float32 copy: torch's
-    mixed-dtype add_ runs at a third of the speed of a copy and a same-dtype add (140 ms against 35 ms
-    for a 32K x 512 weight), and a whole float32 copy would cost 64 MB."""
+    """dw (float32) += part (bfloat16) in one kernel call (kernels/linear.add_bf16). torch's mixed-dtype
+    add_ took 140 ms for a 32K x 512 weight; a float32 copy and an add, 35 ms but 64 MB more, and done
+    block by block through a small copy, 1-6 s on this shared 2-core machine, where each of its 64 small
+    parallel regions waits for both threads to be scheduled."""
     if first:
         dw.copy_(part)
         return
-    tmp = torch.empty(min(_ACC_ROWS, dw.shape[0]), dw.shape[1], dtype=dw.dtype)
-    for s in range(0, dw.shape[0], _ACC_ROWS):
-        piece = part[s:s + _ACC_ROWS]
-        dw[s:s + _ACC_ROWS].add_(tmp[:piece.shape[0]].copy_(piece))
+    from .kernels import linear as K
+    blocks = -(-dw.numel() // K.ACC_BLOCK)
+    bits = part.reshape(-1).view(torch.int16).numpy().view(np.uint16)
+    split_run(K.add_bf16, blocks, (dw.view(-1).numpy(), bits), work=dw.numel())
 
 
 def _step(z, t, o, f, want_grad):
@@ -179,29 +179,29 @@ def run_chunks(h, W, b, t, o, f, needs):
     need_x, need_w, need_b = needs
     Wg = W if W.dtype == gdt else W.to(gdt)
     bg = None if b is None else b if b.dtype == gdt else b.to(gdt)
-    rows = chunk_rows(N, V, h.dtype, o.chunk)
+    native = gdt == cdt or o.path == "handwritten"  # the kernel reads the matmul's bfloat16 logits
+    rows = chunk_rows(N, V, gdt.itemsize + (0 if native else cdt.itemsize), o.chunk)
     # the workspace and the gradients from the executor's pool: a fresh 64 MB tensor is page-faulted
-    z_all = _buffer(rows * V, cdt).view(rows, V)
-    g_all = _buffer(rows * V, gdt).view(rows, V) if gdt != cdt else None
+    g_all = _buffer(rows * V, gdt).view(rows, V)
+    z_all = None if gdt == cdt else _buffer(rows * V, cdt).view(rows, V) if not native else None
     loss = lse = total = None
     dx = _buffer(N * H, gdt).view(N, H) if need_x else None
     dw = _buffer(V * H, cdt).view(V, H) if need_w else None
-    part = None
-    if need_w and g_all is not None:  # the bf16 partial dW of a chunk: in z's memory once z is spent
-        part = z_all.view(-1)[:V * H // 2].view(gdt) if rows * 2 >= H and V * H % 2 == 0 else _buffer(V * H, gdt)
-        part = part.view(V, H)
+    part = _buffer(V * H, gdt).view(V, H) if need_w and gdt != cdt else None  # a chunk's bf16 partial dW
     db = torch.zeros(V, dtype=cdt) if need_b else None
     for s in range(0, N, rows):
         e = min(s + rows, N)
         hc = h[s:e] if h.dtype == gdt else h[s:e].to(gdt)
-        z = z_all[:e - s]
-        mm = z if g_all is None else g_all[:e - s]
+        mm = g_all[:e - s]
         if bg is None:
             torch.mm(hc, Wg.t(), out=mm)
         else:
             torch.addmm(bg, hc, Wg.t(), out=mm)
-        if mm is not z:
-            z.copy_(mm)
+        z = mm
+        if z.dtype != cdt and o.path != "handwritten":  # torch ops and generated kernels: float32 logits
+            if z_all is None:
+                z_all = _buffer(rows * V, cdt).view(rows, V)
+            z = z_all[:e - s].copy_(mm)
         loss_c, lse_c, total_c, g = _step(z, t[s:e], o, f[s:e], want_grad)
         if loss_c is not None:
             loss = torch.empty(N, dtype=torch.float64) if loss is None else loss
@@ -214,8 +214,8 @@ def run_chunks(h, W, b, t, o, f, needs):
         if not want_grad:
             continue
         if need_b:
-            db.add_(g.sum(0))
-        gg = g if g_all is None else mm.copy_(g)
+            db.add_(g.sum(0, dtype=cdt))
+        gg = g if g.dtype == gdt else mm.copy_(g)
         if need_x:
             torch.mm(gg, Wg, out=dx[s:e])
         if need_w:

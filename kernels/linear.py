@@ -26,23 +26,35 @@ NP = {torch.float32: np.float32, torch.float64: np.float64}
 
 
 @functools.lru_cache(maxsize=None)
-def ce_rows(F, want_grad, smoothing, capped, zloss, salt=_MATHLIB):
+def ce_rows(F, want_grad, smoothing, capped, zloss, bf16=False, salt=_MATHLIB):
     """Rows [lo, hi) of a chunk. The options that add passes or terms are closure constants, so each
-    variant keeps only its own loops (the common one: max, sum of exp, gradient)."""
+    variant keeps only its own loops (the common one: max, sum of exp, gradient). bf16: x holds the
+    bits (uint16) of bfloat16 logits; each row is widened into a float32 scratch row (a shift: a
+    bfloat16 is the top half of a float32), computed there, and its gradient rounded back to
+    bfloat16 (to nearest even) in place, so the chunk needs no float32 copy."""
     @njit(**_JIT)
     def rows(lo, hi, x, C, t, ignore, f, eps, zl, cap, loss, lse_out):
         salt  # noqa: B018 - in the closure only, to key numba's cache on mathlib
         one = F(1.0)
+        if bf16:
+            buf = np.empty(C, np.uint32)
+            scratch = buf.view(np.float32)
         for r in range(lo, hi):
-            row = x[r * C:(r + 1) * C]
             k = t[r]
             if k == ignore:  # never read the target's logit; nothing flows back from the row
                 loss[r] = 0.0
                 lse_out[r] = 0.0
                 if want_grad:
-                    for j in range(C):
-                        row[j] = F(0.0)
+                    for j in range(r * C, (r + 1) * C):
+                        x[j] = 0
                 continue
+            if bf16:
+                bits = x[r * C:(r + 1) * C]
+                for j in range(C):
+                    buf[j] = np.uint32(bits[j]) << np.uint32(16)
+                row = scratch
+            else:
+                row = x[r * C:(r + 1) * C]
             if capped:
                 inv = one / cap
                 for j in range(C):
@@ -81,6 +93,11 @@ def ce_rows(F, want_grad, smoothing, capped, zloss, salt=_MATHLIB):
                     for j in range(C):
                         row[j] = mathlib.exp(row[j] - lse) * a - b
                     row[k] -= fr * F(1.0 - eps)
+                if bf16:  # round to nearest even (a NaN stays a NaN, an infinity infinite)
+                    for j in range(C):
+                        u = buf[j]
+                        bits[j] = np.uint16((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1)))
+                                            >> np.uint32(16))
     return rows
 
 
@@ -109,3 +126,22 @@ def ce_rows_torch(z, t, ignore, f, eps, zl, cap, want_grad):
         z.copy_(torch.where(valid, g, 0.0))
     return torch.where(valid, loss, 0.0)[:, 0], torch.where(valid, lse, 0.0)[:, 0]
 
+
+
+ACC_BLOCK = 1 << 16  # elements per block of add_bf16
+
+
+@njit(nogil=True, fastmath=mathlib.KERNEL_FASTMATH, cache=True)
+def add_bf16(lo, hi, d, p):
+    """d += p over blocks [lo, hi) of ACC_BLOCK elements: d float32, p the bits (uint16) of a bfloat16
+    tensor. A bfloat16 is the top half of a float32, so widening it is a shift."""
+    buf = np.empty(ACC_BLOCK, np.uint32)
+    f = buf.view(np.float32)
+    n = d.size
+    for blk in range(lo, hi):
+        s = blk * ACC_BLOCK
+        m = min(ACC_BLOCK, n - s)
+        for i in range(m):
+            buf[i] = np.uint32(p[s + i]) << np.uint32(16)
+        for i in range(m):
+            d[s + i] += f[i]

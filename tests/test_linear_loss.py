@@ -97,6 +97,21 @@ def test_bfloat16(opts, reduction):
         torch.testing.assert_close(a.double(), e, **tol)
 
 
+@pytest.mark.parametrize("path", ["fallback", "aggressive"])
+def test_bfloat16_other_paths(path):
+    """The torch-op and generated-kernel paths take the bf16 matmul's logits as float32."""
+    h, W, b, t = make(torch.bfloat16, n=40)
+    kw = dict(label_smoothing=0.1, softcap=3.0, chunk_size=16)
+    with autogen.policy("aggressive" if path == "aggressive" else "medium"), autogen.record() as rec:
+        out, got = grads(linear_cross_entropy, h, W, b, t, use_autogen=path != "fallback", **kw)
+    assert {c.path for c in rec.calls} == {"autogen" if path == "aggressive" else "fallback"}
+    kw.pop("chunk_size")
+    ref, want = grads(torch_reference, *(x.double() for x in (h, W, b)), t, **kw)
+    torch.testing.assert_close(out.double(), ref, rtol=2e-2, atol=2e-2)
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a.double(), e, rtol=2e-2, atol=2e-2)
+
+
 def test_float16():
     h, W, b, t = make(torch.float16, n=20)
     out, got = grads(linear_cross_entropy, h, W, b, t, chunk_size=6)
@@ -184,11 +199,11 @@ def test_all_rows_ignored():
 
 
 def test_chunk_rows_from_the_budget():
-    assert LL.chunk_rows(2048, 32768, torch.float32) == 512
-    assert LL.chunk_rows(2100, 32768, torch.float32) == 420   # 5 even chunks, not 4 of 512 and one of 52
-    assert LL.chunk_rows(100, 32768, torch.float32) == 100
-    assert LL.chunk_rows(100, 10, torch.float32, chunk_size=7) == 7
-    assert LL.chunk_rows(5, 10, torch.float32, chunk_size=70) == 5
+    assert LL.chunk_rows(2048, 32768, 4) == 512
+    assert LL.chunk_rows(2100, 32768, 4) == 420   # 5 even chunks, not 4 of 512 and one of 52
+    assert LL.chunk_rows(100, 32768, 4) == 100
+    assert LL.chunk_rows(100, 10, 4, chunk_size=7) == 7
+    assert LL.chunk_rows(5, 10, 4, chunk_size=70) == 5
 
 
 BAD = [
