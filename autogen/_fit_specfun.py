@@ -47,6 +47,11 @@ def digamma_series():
     return [float(c) for c in _chebyshev(lambda u: mp.digamma((u + 3) / 2) / ((u + 3) / 2 - x0), 48, 24)], x0
 
 
+def lgamma_series():
+    """R(y) = lgamma(y) / ((y - 1)(y - 2)) on [1, 3], in u = y - 2."""
+    return [float(c) for c in _chebyshev(lambda u: mp.loggamma(u + 2) / ((u + 1) * u), 64, 30)]
+
+
 if __name__ == "__main__":
     print("_ATAN_P =", odd(mp.atan, (mp.mpf(7) / 16) ** 2, 10))
     print("_ASIN_P =", odd(mp.asin, mp.mpf(1) / 4, 12))
@@ -55,3 +60,4 @@ if __name__ == "__main__":
     cheb, x0 = digamma_series()
     print("_DIGAMMA_CHEB (c_0 first) =", cheb)
     print("_DIGAMMA_X0 =", (float(x0), float(x0 - float(x0))))
+    print("_LGAMMA_CHEB (c_0 first) =", lgamma_series())

@@ -6,9 +6,8 @@ few ulp (tests: within 1e-14 relative); float32 goes through the float64 code an
 (within 1 ulp), except cosh, sinh, exp2, remainder and floordiv, which have float32 code of their
 own. Polynomials are Chebyshev interpolants (autogen/_fit_specfun.py, mpmath: for 1e-16).
 
-lgamma alone is a scalar call (numba's math.lgamma, CPython's algorithm, within 1e-15 of the true
-value): a loop using it does not vectorize. trigamma follows torch's own algorithm (the gradient of
-digamma must match torch's, whose asymptotic series stops early: up to ~5e-9 from the true value).
+trigamma follows torch's own algorithm (the gradient of digamma must match torch's, whose
+asymptotic series stops early: up to ~5e-9 from the true value).
 """
 import math
 
@@ -114,6 +113,18 @@ _DIGAMMA_CHEB = tuple(reversed((
     6.299717236108931e-10, -1.080593028883266e-10, 1.853735192053638e-11, -3.18023536582553e-12,
     5.456147570322795e-13, -9.360993131036438e-14, 1.606064636295075e-14, -2.7555431377438815e-15,
     4.727736178601912e-16, -8.11148420346509e-17, 1.391707769474154e-17, -2.3877901082188625e-18)))
+# lgamma(y) = (y - 1)(y - 2) R(y) on [1, 3]; R's Chebyshev series in u = y - 2
+_LGAMMA_CHEB = tuple(reversed((
+    0.44148902545501423, -0.11119580321752523, 0.01951044826068884, -0.003922461463025264,
+    0.0008478989895953857, -0.00019153855341365593, 4.454470184975607e-05, -1.05728743735943e-05,
+    2.5474336873408417e-06, -6.208535880776316e-07, 1.5268677399071546e-07, -3.782637660291326e-08,
+    9.428100823624284e-09, -2.361999702184645e-09, 5.943541905817546e-10, -1.501312977072867e-10,
+    3.8050196458110534e-11, -9.672485299656325e-12, 2.465348198355661e-12, -6.298868140791711e-13,
+    1.6128460030283787e-13, -4.137949206814042e-14, 1.0635701227757898e-14, -2.7382420786652826e-15,
+    7.060670507214892e-16, -1.8232177141662118e-16, 4.714169006756272e-17, -1.2204107319639856e-17,
+    3.1630451661790255e-18, -8.206746544166728e-19)))
+# Stirling's series: sum of B_2k / (2k (2k - 1) x^(2k - 1)), k = 7 .. 1, in z = 1/x^2
+_LGAMMA_S = (1 / 156, -691 / 360360, 1 / 1188, -1 / 1680, 1 / 1260, -1 / 360, 1 / 12)
 # digamma's asymptotic series: sum of B_2k / (2k x^2k), k = 7 .. 1, in z = 1/x^2
 _DIGAMMA_A = (1 / 12, -691 / 32760, 1 / 132, -1 / 240, 1 / 252, -1 / 120, 1 / 12)
 # erfinv: torch's first guesses (Pavlis' rational functions), then Halley steps
@@ -212,6 +223,8 @@ def _build64():
     ERFC_CHEB, ERFC_MAX = _ERFC_CHEB, 30.0                      # erfc(30) underflows to 0
     X0_HI, X0_LO = _DIGAMMA_X0
     DIGAMMA_CHEB, DIGAMMA_A = _DIGAMMA_CHEB, _DIGAMMA_A
+    LGAMMA_CHEB, LGAMMA_S, HALF_LOG_2PI = _LGAMMA_CHEB, _LGAMMA_S, 0.5 * math.log(2 * math.pi)
+    TINY_X = 2.0 ** -54
     EA, EB, EC, ED = _ERFINV_A, _ERFINV_B, _ERFINV_C, _ERFINV_D
     TWO_SQRTPI = 2 / math.sqrt(math.pi)
     INV_LN2_HI, INV_LN2_LO = 1.4426950408889634, 2.0355273740931033e-17
@@ -463,8 +476,41 @@ def _build64():
 
     # -- gamma family -------------------------------------------------------------------------------
     @jit
+    def lgamma_pos(y):
+        """lgamma(y), y > 0 (or inf, NaN): (y - 1)(y - 2) R(y) on [1, 3] (exact at lgamma's zeros),
+        lgamma(y + 1) - log(y) below, log of the product of a downward recurrence on [3, 10),
+        Stirling's series from 10 on."""
+        lt1 = y < ONE
+        v = y + ONE if lt1 else y                   # (0, 1) -> (1, 2)
+        prod = ONE
+        for _ in range(7):                          # [3, 10) -> [2, 3): lgamma(v) = lgamma(v - 1) + log(v - 1)
+            step = (v >= THREE) & (v < TEN)
+            v = v - ONE if step else v
+            prod = prod * v if step else prod
+        vc = v if v < THREE else THREE               # the series' argument in range (unused beyond)
+        f1 = y if lt1 else _add(vc, -ONE)           # (v - 1)(v - 2) from y itself below 1: exact
+        f2 = _add(y, -ONE) if lt1 else _add(vc, -TWO)
+        near = f1 * f2 * _clenshaw(vc - TWO, LGAMMA_CHEB)
+        near = near - log(y) if lt1 else near + log(prod)
+        iv = ONE / y
+        lx = log(y)
+        far = _fma(y, lx - ONE, -HALF * lx) + HALF_LOG_2PI + iv * _horner(iv * iv, LGAMMA_S)
+        far = INF if y == INF else far
+        return near if y < TEN else far
+
+    @jit
     def lgamma(x):
-        return math.lgamma(x)
+        # below 0: lgamma(x) = log(pi / |sin(pi x)|) - lgamma(1 - x), |sin(pi r)| = 2|t| / (1 + t^2) with
+        # t = tan(pi r / 2) (|r| <= 1/2 needs no reduction); +inf at the poles 0, -1, -2, ... as torch
+        neg = x < ZERO
+        r = lgamma_pos(ONE - x if neg else x)
+        hr = HALF * (x - _rint(x))
+        hi = PI_HI * hr
+        t = tan_poly(hi, _fma_exact(PI_HI, hr, -hi) + PI_LO * hr)
+        refl = log(PI_HI * (ONE + t * t) / (TWO * abs(t))) - r
+        r = (INF if hr == ZERO else refl) if neg else r
+        r = -log(abs(x)) if abs(x) < TINY_X else r  # lgamma(x) = -log|x| - gamma x + ...: the rest below an ulp
+        return INF if (x == ZERO) | (x == -INF) else r
 
     @jit
     def digamma_pos(y):
