@@ -171,9 +171,15 @@ def run_spec(spec, prob, values):
     args.append(np.empty((nparts, r), dtype=np.float64) if nparts else _no_parts(r))
     if par is not None:
         _numba_threads(torch.get_num_threads())
-        par(n, c, 0, r, r, True, *args)
-    else:
-        _timed(fn, n, lambda: fn(n, c, 0, r, r, True, *args))
+        lock = _parallel_lock()
+        if lock is None or lock.acquire(blocking=False):  # else another thread has numba's threads: serial
+            try:
+                par(n, c, 0, r, r, True, *args)
+            finally:
+                if lock is not None:
+                    lock.release()
+            return outs
+    _timed(fn, n, lambda: fn(n, c, 0, r, r, True, *args))
     return outs
 
 
@@ -203,6 +209,21 @@ def _use_threads(kernel, work, count):
     rate = _rates.get(kernel)
     return (rate is not None and count > 1 and work * rate >= _PAR_SECONDS and torch.get_num_threads() > 1
             and not _fork_child)
+
+
+_layer_lock = threading.Lock()
+_layer_threadsafe = None
+
+
+def _parallel_lock():
+    """None where numba's threading layer is thread-safe (omp, tbb: concurrent launches from two
+    threads measured fine); else the lock a parallel launch holds: numba's workqueue layer, its
+    fallback where no OpenMP or TBB runtime loads, aborts the process on a second concurrent launch.
+    Known once numba's threads are up (_numba_threads launches them)."""
+    global _layer_threadsafe
+    if _layer_threadsafe is None:
+        _layer_threadsafe = numba.threading_layer() != "workqueue"
+    return None if _layer_threadsafe else _layer_lock
 
 
 # numba's GNU OpenMP layer does not survive fork(): a child of a process that launched it dies
@@ -252,6 +273,10 @@ def split_run(fn, count, args, work=None):
         _timed(fn, work, lambda: fn(0, count, *args))
         return
     threads = _numba_threads(min(torch.get_num_threads(), count))
+    lock = _parallel_lock()
+    if lock is not None and not lock.acquire(blocking=False):  # another thread has numba's threads
+        fn(0, count, *args)
+        return
     try:
         _pfor(fn, count, threads, tuple(args))
     except Exception as exc:  # noqa: BLE001 - a typing failure: run this kernel serially from now on
@@ -259,6 +284,9 @@ def split_run(fn, count, args, work=None):
             raise
         _serial_only.add(fn)
         fn(0, count, *args)
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 # -- the fused plan --------------------------------------------------------------------------

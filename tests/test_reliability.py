@@ -318,6 +318,8 @@ for pol in ("aggressive", "medium"):  # generated prange kernels; handwritten on
         th.join()
 assert not errors, errors
 assert any(par for _, par in compiler._kernels) and executor._pfor.signatures, "no parallel kernel ran"
+import numba, os
+assert numba.threading_layer() == os.environ["NUMBA_THREADING_LAYER"]
 print("ok")
 """
 
@@ -357,10 +359,12 @@ print("ok")
 """
 
 
-@pytest.mark.parametrize("script", [FORK, THREADS, DATALOADER], ids=["fork", "threads", "dataloader"])
-def test_parallel_kernels_survive_forks_threads_and_dataloader_workers(script):
+@pytest.mark.parametrize("script,layer", [(FORK, "omp"), (THREADS, "omp"), (DATALOADER, "omp"),
+                                          (THREADS, "workqueue")],  # numba's fallback: not thread-safe
+                         ids=["fork", "threads", "dataloader", "threads-workqueue"])
+def test_parallel_kernels_survive_forks_threads_and_dataloader_workers(script, layer):
     try:
-        proc = child(script, env={"OMP_NUM_THREADS": "2"}, timeout=240)
+        proc = child(script, env={"OMP_NUM_THREADS": "2", "NUMBA_THREADING_LAYER": layer}, timeout=240)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"hung: {exc}")
     assert proc.returncode == 0 and "ok" in proc.stdout, (proc.returncode, proc.stdout[-2000:], proc.stderr[-3000:])
