@@ -710,7 +710,7 @@ def _to(low, n, x, *args, **kwargs):
     if dtype != torch.bool and xv.node.kind == "b":  # a mask as numbers; as an integer (F.one_hot's int64)
         return V(A("where", xv.node, 1.0, 0.0), xv.shape, xv.axes)  # 0/1 in the compute dtype, exact
     if dtype == torch.bool:
-        return V(A("ne", xv.node, 0), xv.shape, xv.axes)
+        return xv if xv.node.kind == "b" else V(A("ne", xv.node, 0), xv.shape, xv.axes)
     if dtype.is_floating_point or (dtype == torch.int64 and xv.node.kind == "i"):
         return xv
     raise _Unsupported(f"a conversion to {dtype}", "")
