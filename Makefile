@@ -20,7 +20,7 @@ install: $(STAMP)
 
 test: install
 	$(BIN)/pip install -q --no-deps --force-reinstall . >/dev/null
-	cd tests && ../$(BIN)/python -m pytest -p no:cacheprovider .
+	cd tests && ../$(BIN)/python -m pytest -p no:cacheprovider -n auto --dist loadfile .
 
 bench: install
 	$(BIN)/pip install -q --no-deps --force-reinstall . >/dev/null
