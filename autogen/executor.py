@@ -235,7 +235,7 @@ _fork_child = False
 def _after_fork_in_child():
     global _fork_child
     from numba.np.ufunc import parallel
-    _fork_child = _fork_child or parallel._is_initialized
+    _fork_child = _fork_child or getattr(parallel, "_is_initialized", True)  # unknown: assume launched
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
