@@ -13,6 +13,7 @@ from torch.nn import _reduction as _Reduction
 
 from . import decompositions as D
 from . import inline
+from . import ops as _ops
 from .codegen import _ENV
 from .executor import Problem, _transformed, execute, handwritten_for
 from .policies import _local as _state, calm, get_policy, note, recording
@@ -118,7 +119,8 @@ def _front(name, fn, full):
         passed=passed, a=params[0].name, b=params[1].name)
     namespace = {}
     exec(compile(source, f"<autogen front {name}>", "exec"), globals(), namespace)
-    return namespace["make"](full, _torch_ran, _state, get_policy, torch.Tensor, calm, torch.is_grad_enabled, *ops)
+    return namespace["make"](full, _torch_ran, _state, get_policy, torch.Tensor, calm, torch.is_grad_enabled,
+                             _ops.compiling, *ops)
 
 
 def _small(name, input, target):
@@ -151,13 +153,18 @@ def _small_to_torch(fn):
     front function with the loss's signature (_front); `wrapper` takes what the front does not."""
     name = fn.__name__
     torch_fn = getattr(TF, name)
+    params = list(inspect.signature(fn).parameters)[:-1]  # all but use_autogen
 
     def wrapper(input, target, *args, use_autogen=False, **kwargs):
+        if _ops.compiling():  # torch.compile / torch.export: one autogen::call of the graph
+            return _ops.loss(name, params, (input, target) + args, kwargs, use_autogen)
         if _state.tracing:  # inside an @autogen_loss trace: our decomposition, inlined into the caller's graph
             if not inline.active():
                 return torch_fn(input, target, *args, **kwargs)
             inline.begin()
             return fn(input, target, *args, use_autogen=True, **kwargs)
+        if _ops.symbolic(input, target):  # meta or fake tensors: the operator's fake implementation
+            return _ops.loss(name, params, (input, target) + args, kwargs, use_autogen)
         if _transformed((input, target)):  # torch.func / forward-mode AD: torch's own loss, recorded
             return _torch_fallback(name, torch_fn(input, target, *args, **kwargs), "torch.func or forward-mode AD")
         if not _small(name, input, target):
