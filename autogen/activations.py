@@ -10,9 +10,13 @@ from dataclasses import dataclass
 import torch
 
 from . import inline
+from . import ops as _ops
 from .executor import LossGraph, Problem, execute, handwritten_for
 from .ir import COL, ELEM, ROW, SCALAR, apply as A, input as inp, param
 from .policies import tracing as _tracing
+
+_Tensor = torch.Tensor
+_dynamo_compiling = torch.compiler.is_dynamo_compiling  # = _ops.compiling, a frame less: every call asks
 
 ONE_SIXTH_F32 = 0.1666666716337204  # torch's hardsigmoid backward multiplies by 1.0f / 6.0f in every dtype
 SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
@@ -169,14 +173,30 @@ def _dtype(input, name):
     return torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
 
 
+def _as_op(name, input, inplace, variant, options):
+    """The call as one autogen::call operator (torch.compile, torch.export, fake and meta tensors);
+    in place, the operator's result copied into the input."""
+    if variant is not None:
+        options["approximate"] = variant
+    if not inplace:
+        return _ops.nonlinearity(name, [input], options)
+    # the operator saves its input for the backward: a copy, as the input is overwritten next
+    return input.copy_(_ops.nonlinearity(name, [input.clone() if input.requires_grad else input], options))
+
+
 def run(name, input, inplace=False, variant=None, **options):
     """Apply nonlinearity `name` through the policy's path; torch's semantics for `inplace`."""
-    if _tracing() and (inplace or not inline.active()):  # torch's op, traced (an in-place op stays one)
+    if _dynamo_compiling():
+        return _as_op(name, input, inplace, variant, options)
+    tracing = _tracing()
+    if tracing and (inplace or not inline.active()):  # torch's op, traced (an in-place op stays one)
         kw = dict(options, **({"approximate": variant} if variant is not None else {}))
         return getattr(torch.nn.functional, name)(input, **kw, **({"inplace": True} if inplace else {}))
     if isinstance(input, torch.Tensor) and not input.is_floating_point():  # torch's result or torch's error
         kw = dict(options, **({"approximate": variant} if variant is not None else {}))
         return getattr(torch.nn.functional, name)(input, **kw, **({"inplace": True} if inplace else {}))
+    if (input.is_meta or type(input) is not _Tensor and _ops.symbolic(input)) and not tracing:  # no data
+        return _as_op(name, input, inplace, variant, options)
     cdt = _dtype(input, name)
     src = input
     if inplace and torch.is_grad_enabled() and input.requires_grad:
@@ -185,7 +205,7 @@ def run(name, input, inplace=False, variant=None, **options):
     params = {k: float(v) for k, v in options.items()}
     params["approximate"] = variant
     prob = Problem(graph(name, variant), x.numel(), 0, 0, cdt, params)
-    if _tracing():  # inside an @autogen_loss trace: our decomposition, inlined into the caller's graph
+    if tracing:  # inside an @autogen_loss trace: our decomposition, inlined into the caller's graph
         return inline.emit(prob, [x], input.shape).to(input.dtype)
     out = execute(prob, [x], True, handwritten_for("NONLINEAR", name, prob)).view(input.shape).to(input.dtype)
     if inplace:
@@ -195,6 +215,8 @@ def run(name, input, inplace=False, variant=None, **options):
 
 def prelu(input, weight):
     """torch.nn.functional.prelu: one weight, or one per channel (dim 1)."""
+    if _ops.compiling() or not _tracing() and _ops.symbolic(input, weight):
+        return _ops.nonlinearity("prelu", [input, weight], {})
     if _tracing():
         return torch.nn.functional.prelu(input, weight)
     cdt = _dtype(input, "prelu")
@@ -230,6 +252,8 @@ def prelu(input, weight):
 
 
 def glu(input, dim=-1):
+    if _ops.compiling() or not _tracing() and _ops.symbolic(input):
+        return _ops.nonlinearity("glu", [input], {"dim": dim})
     if _tracing():
         return torch.nn.functional.glu(input, dim)
     cdt = _dtype(input, "glu")
