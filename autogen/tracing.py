@@ -27,11 +27,12 @@ import torch
 
 from . import decompositions as D
 from . import inline
+from . import ops as _ops
 from .errors import AutogenError, CompileError, TracingError, UnsupportedOpError
 from .executor import LossGraph, Problem, execute
 from .functional import _compute_dtype, broadcast_shapes
 from .ir import COL, ELEM, ROW, SCALAR, Node, apply as A, const, input as inp, iota, param, toposort
-from .policies import get_policy, get_strict, tracing_scope
+from .policies import get_policy, get_strict, tracing, tracing_scope
 from .primitives import PRIMS
 
 aten = torch.ops.aten
@@ -1027,17 +1028,30 @@ def autogen_loss(cls=None, *, strict=None):
         return functools.partial(autogen_loss, strict=strict)
     init, forward = cls.__init__, cls.forward
 
+    setstate = cls.__setstate__
+
     @functools.wraps(init)
     def __init__(self, *args, use_autogen=False, **kwargs):
         init(self, *args, **kwargs)
         self.use_autogen = bool(use_autogen)
+        _ops.register_module(self)
+
+    def __setstate__(self, state):  # a copy (copy.deepcopy) or an unpickled module: a key of its own
+        setstate(self, state)
+        _ops.register_module(self)
 
     @functools.wraps(forward)
     def traced_forward(self, *args, **kwargs):
-        if not getattr(self, "use_autogen", False) or get_policy() == "disabled":
+        if not getattr(self, "use_autogen", False):
+            return forward(self, *args, **kwargs)
+        if _ops.compiling():  # one autogen::call, which reads the policy when it runs (Dynamo's guards do
+            return _ops.module_call(self, forward, args, kwargs)  # not see the thread's policy() blocks)
+        if get_policy() == "disabled":
             return forward(self, *args, **kwargs)
         if kwargs or not args or not all(isinstance(a, torch.Tensor) for a in args):
             return _eager(self, forward, args, kwargs, cls, "keyword or non-tensor arguments", "", strict)
+        if not tracing() and _ops.symbolic(*args):  # fake or meta tensors, non-strict torch.export
+            return _ops.module_call(self, forward, args, kwargs)
         cache = cls.__dict__.get("_autogen_traces")
         if cache is None:
             cache = {}
@@ -1069,7 +1083,9 @@ def autogen_loss(cls=None, *, strict=None):
             return _eager(self, forward, args, kwargs, cls, failed.op, failed.line, strict, failed.error)
 
     cls.__init__ = __init__
+    cls.__setstate__ = __setstate__
     cls.forward = traced_forward
+    cls._autogen_forward = forward  # the module as written: the operator's output shape on fake tensors
     cls._autogen_strict = strict
     return cls
 
