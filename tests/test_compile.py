@@ -1,0 +1,407 @@
+"""torch.compile, torch.export, meta and fake tensors: every loss and nonlinearity as autogen::call.
+
+The table runs on backend aot_eager (Dynamo, AOTAutograd, the fake implementations and the registered
+autograd, without Inductor's seconds of C++ per graph); two models run on Inductor."""
+import copy
+import io
+
+import pytest
+import torch
+import torch.nn.functional as TF
+from torch._dynamo.backends.common import aot_autograd
+from torch._dynamo.testing import CompileCounterWithBackend
+from torch._functorch.aot_autograd import make_boxed_func
+from torch._inductor.utils import run_and_get_code
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+import autogen
+from autogen import functional as AF
+from autogen import ops
+from cases import CASES, DISTANCE_CASE, DTYPES, tolerances
+
+CALL, CALL_BACKWARD = torch.ops.autogen.call.default, torch.ops.autogen.call_backward.default
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()  # no recompiles across tests (nor automatic dynamic shapes from them)
+    yield
+    torch._dynamo.reset()
+
+
+class Graphs:
+    """An aot_eager backend that keeps each forward and backward graph's call targets."""
+
+    def __init__(self):
+        self.forward, self.backward = [], []
+        self.backend = aot_autograd(fw_compiler=self._keep(self.forward), bw_compiler=self._keep(self.backward))
+
+    @staticmethod
+    def _keep(into):
+        def compiler(gm, example_inputs):
+            into.append([n.target for n in gm.graph.nodes if n.op == "call_function"])
+            return make_boxed_func(gm.forward)
+        return compiler
+
+    def count(self, target, which="forward"):
+        return sum(graph.count(target) for graph in getattr(self, which))
+
+
+def _close(got, want, dtype, what):
+    torch.testing.assert_close(got, want, **tolerances(dtype), equal_nan=True, msg=lambda m: f"{what}: {m}")
+
+
+def _compare(fn, calls, graphs, dynamic=False):
+    """fn(calls) compiled (fullgraph) against eager: every output and every input's gradient, the
+    outputs weighted so that no grad_output is 1."""
+    compiled = torch.compile(fn, fullgraph=True, backend=graphs.backend, dynamic=dynamic)
+    leaves = [t for args, kw in calls for t in list(args) + list(kw.values())
+              if isinstance(t, torch.Tensor) and t.requires_grad]
+    results = []
+    for f in (compiled, fn):
+        outs = f(calls)
+        total = sum((o.double() * (0.5 + k)).sum() for k, o in enumerate(outs))
+        results.append((outs, torch.autograd.grad(total, leaves, allow_unused=True)))
+    (outs, grads), (ref_outs, ref_grads) = results
+    for k, (o, r) in enumerate(zip(outs, ref_outs)):
+        assert o.shape == r.shape and o.dtype == r.dtype, (k, o.shape, r.shape, o.dtype, r.dtype)
+        _close(o, r, r.dtype, f"output {k}")
+    for k, (g, r) in enumerate(zip(grads, ref_grads)):
+        assert (g is None) == (r is None), k
+        if r is not None:
+            _close(g, r, r.dtype, f"gradient {k}")
+    return outs
+
+
+def _loss_calls(name):
+    """Every case of the loss in tests/cases.py, the dtypes and reductions in turn."""
+    calls = []
+    for k, case in enumerate(c for c in CASES if c.name == name):
+        args, kw = case.build(DTYPES[k % 2])
+        calls.append((args, dict(kw, reduction=case.reductions[k % len(case.reductions)])))
+    return calls
+
+
+@pytest.mark.parametrize("name", AF.LOSSES)
+def test_every_loss_compiles_to_our_operator(name):
+    """fullgraph compile of each loss, every case: one autogen::call per call in the forward graph, one
+    autogen::call_backward per call in the backward graph; values and gradients as eagerly."""
+    calls = _loss_calls(name)
+    fn = getattr(AF, name)
+
+    def losses(calls):
+        return [fn(*args, **kw, use_autogen=True) for args, kw in calls]
+
+    graphs = Graphs()
+    _compare(losses, calls, graphs)
+    assert graphs.count(CALL) == len(calls) and graphs.count(CALL_BACKWARD, "backward") == len(calls)
+    assert not any("aten" in str(t) and name in str(t) for g in graphs.forward for t in g)  # not torch's loss
+
+
+def test_modules_and_a_callable_distance():
+    """The loss modules carry their options into the graph; a distance_function callable is torch's loss
+    (eagerly too), traced by Dynamo: no autogen::call."""
+    x, t = torch.randn(9, 7, requires_grad=True), torch.randint(0, 7, (9,))
+    modules = [autogen.nn.CrossEntropyLoss(label_smoothing=0.2, use_autogen=True),
+               autogen.nn.HuberLoss(delta=0.3, reduction="sum", use_autogen=True)]
+    args, kw = DISTANCE_CASE.build(torch.float64)
+    calls = [((x, t), {}), ((x, torch.randn(9, 7)), {}), (args, kw)]
+
+    def losses(calls):
+        return [modules[0](*calls[0][0]), modules[1](*calls[1][0]),
+                AF.triplet_margin_with_distance_loss(*calls[2][0], **calls[2][1], use_autogen=True)]
+
+    graphs = Graphs()
+    _compare(losses, calls, graphs)
+    assert graphs.count(CALL) == 2
+
+
+# each nonlinearity with its defaults and, where it has options, once with others (as test_nonlinearities,
+# whose import of torch's OpInfo database costs seconds)
+REQUIRED = {"threshold": {"threshold": 0.5, "value": -3.0}}
+OPTIONS = {"leaky_relu": {"negative_slope": 0.2}, "elu": {"alpha": 0.5}, "celu": {"alpha": 2.0},
+           "gelu": {"approximate": "tanh"}, "softplus": {"beta": 2.0, "threshold": 5.0},
+           "hardtanh": {"min_val": -0.5, "max_val": 2.0}, "hardshrink": {"lambd": 1.0}, "softshrink": {"lambd": 1.0},
+           "glu": {"dim": 0}}
+
+
+def _cases():
+    for name in AF.NONLINEARITIES:
+        yield name, REQUIRED.get(name, {})
+        if name in OPTIONS:
+            yield name, OPTIONS[name]
+
+
+def _nonlinearity_calls():
+    calls = []
+    for k, (name, opts) in enumerate(_cases()):
+        dtype = DTYPES[k % 2]
+        args = [(torch.randn(6, 8, dtype=dtype) * 3).requires_grad_()]
+        if name == "prelu":
+            args.append((torch.rand(8, dtype=dtype) - 0.3).requires_grad_())
+        calls.append((name, args, opts))
+    return calls
+
+
+def test_every_nonlinearity_compiles_to_our_operator():
+    """Every nonlinearity and option in one fullgraph compile (functional and module forms, in place on
+    an intermediate): one autogen::call each, the gradients through autogen::call_backward."""
+    named = _nonlinearity_calls()
+    calls = [(args, {}) for _, args, _ in named]
+    specs = [(name, opts) for name, _, opts in named]
+    x = torch.randn(5, 4, requires_grad=True)
+    calls.append(((x,), {}))
+    modules = [autogen.nn.get_nonlinearity("leaky_relu", negative_slope=0.2), autogen.nn.GELU(approximate="tanh"),
+               autogen.nn.Threshold(**REQUIRED["threshold"])]
+
+    def apply(calls):
+        outs = [getattr(AF, name)(*args, **opts) for (name, opts), (args, _) in zip(specs, calls)]
+        (x,), _ = calls[-1]
+        outs += [m(x) for m in modules]
+        h = x * 2.0
+        outs.append(AF.silu(h, inplace=True) + h)  # the operator's result copied into h
+        return outs
+
+    graphs = Graphs()
+    _compare(apply, calls, graphs)
+    n = len(named) + len(modules) + 1
+    assert graphs.count(CALL) == n and graphs.count(CALL_BACKWARD, "backward") == n
+
+
+def _mlp(loss):
+    torch.manual_seed(1)
+    return torch.nn.ModuleDict({"l1": torch.nn.Linear(16, 32), "act": autogen.nn.get_nonlinearity("leaky_relu"),
+                                "l2": torch.nn.Linear(32, 10), "loss": loss})
+
+
+class _Model(torch.nn.Module):
+    def __init__(self, loss):
+        super().__init__()
+        self.m = _mlp(loss)
+
+    def forward(self, x, t):
+        m = self.m
+        return m["loss"](m["l2"](m["act"](m["l1"](x))), t)
+
+
+def _train_against_eager(model, steps, compile_kwargs, batches):
+    """`steps` SGD steps of the compiled model and of an eager copy: the same losses and parameters.
+    Returns the generated code of the first compiled step (forward and backward)."""
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, fullgraph=True, **compile_kwargs)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, eager)]
+    code = None
+    for step in range(steps):
+        x, t = batches(step)
+
+        def train(m, opt, f):
+            opt.zero_grad()
+            loss = f(x, t)
+            loss.backward()
+            opt.step()
+            return loss
+
+        if code is None:
+            got, code = run_and_get_code(train, model, opts[0], compiled)
+        else:
+            got = train(model, opts[0], compiled)
+        want = train(eager, opts[1], eager)
+        _close(got, want, torch.float32, f"loss at step {step}")
+    for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+        _close(p, q, torch.float32, name)
+    return "\n".join(code)
+
+
+def test_inductor_mlp_with_our_nonlinearity_and_cross_entropy():
+    model = _Model(autogen.nn.CrossEntropyLoss(use_autogen=True))
+    code = _train_against_eager(model, 3, {"backend": "inductor"},
+                                lambda step: (torch.randn(64, 16), torch.randint(0, 10, (64,))))
+    assert code.count("torch.ops.autogen.call.default(") == 2, code  # the kernels, not Inductor's version
+    assert code.count("torch.ops.autogen.call_backward.default(") == 2, code
+
+
+@torch._functorch.config.patch(donated_buffer=False)
+def test_a_compiled_step_runs_each_kernel_once():
+    """The forward keeps the eager call's autograd graph for the backward: each kernel runs as many times
+    as eagerly (cross-entropy's fused kernel writes the gradient in its forward pass, the backward hands it
+    on); a second backward through a retained graph (which AOTAutograd allows without donated buffers)
+    recomputes the call."""
+    model = _Model(autogen.nn.CrossEntropyLoss(use_autogen=True))
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    x, t = torch.randn(64, 16), torch.randint(0, 10, (64,))
+    compiled(x, t).backward()
+    runs = []
+    for f in (compiled, model):
+        model.zero_grad()
+        with autogen.record() as rec:
+            f(x, t).backward()
+        runs.append(sorted((c.op, c.phase, c.path) for c in rec.calls))
+        out = f(x, t)
+        out.backward(retain_graph=True)
+        out.backward()
+        runs.append([p.grad.clone() for p in model.parameters()])
+    assert runs[0] == runs[2] and {op for op, _, _ in runs[0]} == {"leaky_relu", "cross_entropy"}, runs[0]
+    for got, want in zip(runs[1], runs[3]):
+        _close(got, want, torch.float32, "gradient after a retained backward")
+
+
+@autogen.autogen_loss
+class FocalLoss(torch.nn.Module):
+    def __init__(self, gamma=2.0):
+        super().__init__()
+        self.gamma = gamma
+
+    def forward(self, logits, target):
+        logpt = TF.log_softmax(logits, dim=-1).gather(1, target.unsqueeze(1)).squeeze(1)
+        return (-(1 - logpt.exp()) ** self.gamma * logpt).mean()
+
+
+def test_inductor_with_an_autogen_loss_module():
+    """The @autogen_loss module is one autogen::call (its traced, fused kernel); the batch size changes
+    under dynamic shapes without a recompile."""
+    model = _Model(FocalLoss(gamma=1.5, use_autogen=True))
+    code = _train_against_eager(model, 3, {"backend": "inductor", "dynamic": True},
+                                lambda step: (torch.randn(32 + 8 * step, 16), torch.randint(0, 10, (32 + 8 * step,))))
+    assert "'module:" in code and code.count("torch.ops.autogen.call.default(") == 2, code
+
+
+def test_autogen_loss_module_aot_eager_and_copies():
+    """The module's forward is one operator call, its kernels as eagerly (record() sees them run); a deep
+    copy with another gamma is its own module; a module with a learnable parameter runs its forward as
+    written (Dynamo traces it) so that the parameter gets its gradient."""
+    loss = FocalLoss(gamma=2.0, use_autogen=True)
+    other = copy.deepcopy(loss)
+    other.gamma = 0.5
+    x, t = torch.randn(12, 5, requires_grad=True), torch.randint(0, 5, (12,))
+    graphs = Graphs()
+
+    def both(calls):
+        (x, t), _ = calls[0]
+        return [loss(x, t), other(x, t)]
+
+    with autogen.record() as rec:
+        _compare(both, [((x, t), {})], graphs)
+    assert graphs.count(CALL) == 2 and graphs.count(CALL_BACKWARD, "backward") == 2
+    assert {(c.op, c.path, c.fused) for c in rec.calls} == {("FocalLoss", "autogen", True)}
+
+    @autogen.autogen_loss
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.tensor(2.0))
+
+        def forward(self, x, t):
+            return TF.cross_entropy(x * self.scale, t)
+
+    scaled = Scaled(use_autogen=True)
+    graphs = Graphs()
+    compiled = torch.compile(scaled, fullgraph=True, backend=graphs.backend)
+    got = torch.autograd.grad(compiled(x, t), [x, scaled.scale])
+    with pytest.warns(RuntimeWarning, match="requires grad"):
+        want = torch.autograd.grad(scaled(x, t), [x, scaled.scale])
+    for g, w in zip(got, want):
+        _close(g, w, torch.float32, "gradient")
+    assert graphs.count(CALL) == 0
+
+
+def test_export_round_trip():
+    """torch.export (strict and not) of a model with our nonlinearity and loss: both autogen::call in the
+    program, which runs, saves and loads."""
+    model = _Model(autogen.nn.CrossEntropyLoss(label_smoothing=0.1, use_autogen=True))
+    x, t = torch.randn(32, 16), torch.randint(0, 10, (32,))
+    want = model(x, t)
+    for strict in (False, True):
+        ep = torch.export.export(model, (x, t), strict=strict)
+        assert [n.target for n in ep.graph.nodes].count(CALL) == 2, (strict, ep.graph)
+        _close(ep.module()(x, t), want, torch.float32, f"strict={strict}")
+    buf = io.BytesIO()
+    torch.export.save(ep, buf)
+    buf.seek(0)
+    _close(torch.export.load(buf).module()(x, t), want, torch.float32, "loaded")
+
+
+def _no_data(t, mode):
+    return t if not isinstance(t, torch.Tensor) else (t.to("meta") if mode is None else mode.from_tensor(t))
+
+
+@pytest.mark.parametrize("where", ["meta", "fake"])
+def test_meta_and_fake_tensors_give_our_shapes(where):
+    """Every loss case and nonlinearity on meta tensors (every reduction) and under a FakeTensorMode with
+    symbolic sizes: the shape and dtype of torch's real call (ours match it), no kernel run."""
+    def shapes(fn, args, kw, reference=None):
+        real = (reference or getattr(TF, fn.__name__))(*args, **{k: v for k, v in kw.items() if k != "use_autogen"})
+        mode = None if where == "meta" else FakeTensorMode(shape_env=ShapeEnv())
+        with mode if mode is not None else torch.no_grad():
+            out = fn(*[_no_data(a, mode) for a in args], **{k: _no_data(v, mode) for k, v in kw.items()})
+        assert out.dtype == real.dtype and [int(s) for s in out.shape] == list(real.shape), (fn, kw)
+        assert out.is_meta if mode is None else isinstance(out, torch._subclasses.FakeTensor)
+
+    for k, case in enumerate(CASES):  # fake: one reduction per case in turn (a ShapeEnv's guards take time)
+        for reduction in case.reductions if where == "meta" else case.reductions[k % len(case.reductions):][:1]:
+            args, kw = case.build(torch.float32)
+            shapes(getattr(AF, case.name), args, dict(kw, reduction=reduction, use_autogen=True))
+    for name, args, opts in _nonlinearity_calls():
+        shapes(getattr(AF, name), args, opts)
+    focal = FocalLoss(use_autogen=True)
+    shapes(focal, [torch.randn(6, 5), torch.randint(0, 5, (6,))], {}, lambda *a: FocalLoss._autogen_forward(focal, *a))
+
+
+def test_opcheck():
+    """torch.library.opcheck (schema, fake tensor, autograd registration, AOT dispatch with dynamic shapes)
+    on representative calls of both operators."""
+    x, y = torch.randn(6, 7, requires_grad=True), torch.randn(6, 7)
+    logits, t, w = torch.randn(9, 7, requires_grad=True), torch.randint(0, 7, (9,)), torch.rand(7) + 0.5
+    module = FocalLoss(use_autogen=True)
+    samples = [
+        ("mse_loss", [x, y], ops.encode(["input", "target"], {"reduction": "mean", "use_autogen": True})),
+        ("cross_entropy", [logits, t, w], ops.encode(["input", "target", "weight"], {
+            "reduction": "none", "label_smoothing": 0.1, "use_autogen": True})),
+        ("leaky_relu", [x], ops.encode(["input"], {"negative_slope": 0.2})),
+        ("prelu", [x, (torch.rand(7) * 0.3).requires_grad_()], ops.encode(["input", "weight"], {})),
+        (f"module:{module._autogen_key}", [logits, t], ""),
+    ]
+    for name, tensors, options in samples:
+        torch.library.opcheck(CALL, (name, tensors, options))
+        out = CALL(name, [t.detach() for t in tensors], options)
+        needs = [t.requires_grad for t in tensors]
+        torch.library.opcheck(CALL_BACKWARD, (name, [t.detach() for t in tensors], options, out,
+                                              torch.rand_like(out), needs))
+
+
+def test_options_round_trip():
+    opts = {"a": 0.1, "b": float("inf"), "c": -100, "d": True, "e": None, "f": "mean", "g": 1e-300}
+    names, decoded, needs = ops.decode(ops.encode(["input", "target"], opts))
+    assert names == ("input", "target") and decoded == opts and needs == (False, False)
+    assert ops.decode(ops.encode(["input", "target"], dict(opts, autograd="10")))[1:] == (opts, (True, False))
+    assert all(type(decoded[k]) is type(v) for k, v in opts.items())
+    assert ops.encode(["input"], {"distance_function": len}) is None  # a callable: torch's own loss
+
+
+def test_policy_is_read_when_the_graph_runs(monkeypatch):
+    """The operator runs the policy's path at each call (no recompile for a policy() block); below the size
+    threshold the graph holds torch's own loss, as eager runs torch's kernel there, guarded by the calm
+    flag: under another policy the call recompiles into autogen::call."""
+    x, t = torch.randn(64, 10, requires_grad=True), torch.randint(0, 10, (64,))
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(lambda x, t: AF.cross_entropy(x, t, use_autogen=True), fullgraph=True,
+                             backend=counter)
+    for policy, paths in (("medium", {"handwritten"}), ("aggressive", {"autogen"}), ("disabled", {"handwritten"})):
+        with autogen.policy(policy), autogen.record() as rec:
+            compiled(x, t).backward()
+        assert {c.path for c in rec.calls} == paths and {c.phase for c in rec.calls} == {"forward", "backward"}
+    assert counter.frame_count == 1
+
+    monkeypatch.setattr(AF, "SMALL_ELEMENTS", dict(AF.SMALL_ELEMENTS, cross_entropy=1 << 20))
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(lambda x, t: AF.cross_entropy(x, t, use_autogen=True), fullgraph=True,
+                             backend=counter)
+    _close(compiled(x, t), TF.cross_entropy(x, t), torch.float32, "small")
+    assert CALL not in [n.target for n in counter.graphs[-1].graph.nodes]
+    try:
+        autogen.set_policy("aggressive")
+        _close(compiled(x, t), TF.cross_entropy(x, t), torch.float32, "aggressive")
+    finally:
+        autogen.set_policy(None)
+    assert counter.frame_count == 2 and CALL in [n.target for n in counter.graphs[-1].graph.nodes]
