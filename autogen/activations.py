@@ -16,7 +16,6 @@ from .ir import COL, ELEM, ROW, SCALAR, apply as A, input as inp, param
 from .policies import tracing as _tracing
 
 _Tensor = torch.Tensor
-_dynamo_compiling = torch.compiler.is_dynamo_compiling  # = _ops.compiling, a frame less: every call asks
 
 ONE_SIXTH_F32 = 0.1666666716337204  # torch's hardsigmoid backward multiplies by 1.0f / 6.0f in every dtype
 SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
@@ -186,7 +185,7 @@ def _as_op(name, input, inplace, variant, options):
 
 def run(name, input, inplace=False, variant=None, **options):
     """Apply nonlinearity `name` through the policy's path; torch's semantics for `inplace`."""
-    if _dynamo_compiling():
+    if _ops.compiling():
         return _as_op(name, input, inplace, variant, options)
     tracing = _tracing()
     if tracing and (inplace or not inline.active()):  # torch's op, traced (an in-place op stays one)
