@@ -199,8 +199,10 @@ def test_all_rows_ignored():
 
 
 def test_chunk_rows_from_the_budget():
-    assert LL.chunk_rows(2048, 32768, 4) == 512
-    assert LL.chunk_rows(2100, 32768, 4) == 420   # 5 even chunks, not 4 of 512 and one of 52
+    assert LL.chunk_rows(2048, 32768, 4) == 512   # 64 MB: a quarter of the logits
+    assert LL.chunk_rows(4096, 32768, 4) == 1024  # 128 MB
+    assert LL.chunk_rows(65536, 32768, 4) == 2048  # at most 256 MB
+    assert LL.chunk_rows(1100, 32768, 4) == 367   # 64 MB: 3 even chunks, not 512, 512 and 76
     assert LL.chunk_rows(100, 32768, 4) == 100
     assert LL.chunk_rows(100, 10, 4, chunk_size=7) == 7
     assert LL.chunk_rows(5, 10, 4, chunk_size=70) == 5
