@@ -107,10 +107,10 @@ def child(a):
     grads = (h.numel() + W.numel()) * h.element_size()
     ratios = {n: statistics.median(e / o for e, o in zip(times[n], times["ours"])) for n in names}
     cpu_ratios = {n: statistics.median(e / o for e, o in zip(cpu[n], cpu["ours"])) for n in names}
-    print(json.dumps({"times": times, "median": {n: statistics.median(v) for n, v in times.items()},
-                      "per_ours": ratios, "cpu": cpu, "cpu_median": {n: statistics.median(v) for n, v in cpu.items()},
-                      "cpu_per_ours": cpu_ratios, "load": os.getloadavg()[0], "mem": mem, "faults": {n: statistics.median(v) for n, v in faults.items()}, "grads": grads, "loss": values,
-                      "threads": torch.get_num_threads()}))
+    med = lambda d: {n: statistics.median(v) for n, v in d.items()}  # noqa: E731
+    print(json.dumps({"times": times, "median": med(times), "per_ours": ratios, "cpu": cpu, "cpu_median": med(cpu),
+                      "cpu_per_ours": cpu_ratios, "load": os.getloadavg()[0], "mem": mem, "faults": med(faults),
+                      "grads": grads, "loss": values, "threads": torch.get_num_threads()}))
 
 
 def main():
