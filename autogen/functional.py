@@ -148,6 +148,26 @@ def _torch_ran(name, input, out):
     return _torch_fallback(name, out, f"{n} elements < {limit}: torch's own kernel is faster at this size")
 
 
+# torch.autocast("cpu"): the losses whose ATen op is on autocast's float32 list compute and return float32,
+# their floating arguments (float64 aside) cast first. mse and l1 with a weight are torch's Python arithmetic
+# (no cast); gaussian_nll, multilabel_soft_margin and triplet with a distance follow their inputs.
+AUTOCAST_FP32 = {"mse_loss", "l1_loss", "huber_loss", "smooth_l1_loss", "binary_cross_entropy",
+                 "binary_cross_entropy_with_logits", "cross_entropy", "nll_loss", "hinge_embedding_loss", "kl_div",
+                 "margin_ranking_loss", "multi_margin_loss", "poisson_nll_loss", "triplet_margin_loss",
+                 "cosine_embedding_loss"}
+
+
+def _autocast_fp32(name, input, target, args, kwargs):
+    """The arguments as autocast hands them to a float32-list op: low-precision floating tensors as float32."""
+    if name in ("mse_loss", "l1_loss") and (kwargs.get("weight") is not None or len(args) > 3 and args[3] is not None):
+        return input, target, args, kwargs
+
+    def cast(t):
+        return t.float() if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64 \
+            else t
+    return cast(input), cast(target), tuple(cast(a) for a in args), {k: cast(v) for k, v in kwargs.items()}
+
+
 def _small_to_torch(fn):
     """Send inputs below the loss's size threshold to torch's own loss (recorded as fallback), through a
     front function with the loss's signature (_front); `wrapper` takes what the front does not."""
@@ -158,6 +178,8 @@ def _small_to_torch(fn):
     def wrapper(input, target, *args, use_autogen=False, **kwargs):
         if _ops.compiling():  # torch.compile / torch.export: one autogen::call of the graph
             return _ops.loss(name, params, (input, target) + args, kwargs, use_autogen)
+        if name in AUTOCAST_FP32 and torch.is_autocast_enabled("cpu"):
+            input, target, args, kwargs = _autocast_fp32(name, input, target, args, kwargs)
         if _state.tracing:  # inside an @autogen_loss trace: our decomposition, inlined into the caller's graph
             if not inline.active():
                 return torch_fn(input, target, *args, **kwargs)

@@ -999,8 +999,9 @@ def _run(traced, tensors):
 def _signature(module, tensors):
     attrs = tuple(sorted((k, v) for k, v in vars(module).items()
                          if isinstance(v, (int, float, bool)) and not k.startswith("_")))
+    autocast = torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu")  # the trace records its casts
     return (tuple((tuple(t.shape), t.dtype, t.requires_grad) for t in tensors), attrs, torch.is_grad_enabled(),
-            _tensor_state(module))
+            _tensor_state(module), autocast)
 
 
 def _tensor_state(module, sub=False):
