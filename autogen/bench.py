@@ -527,7 +527,12 @@ def main(argv=None):
     ap.add_argument("--no-plot", action="store_true", help="skip speedup.png")
     ap.add_argument("--out", default=os.path.join("benchmarks", "results"),
                     help="directory for bench.csv/.json, losses.csv/.json, nonlinearities.csv, speedup.png")
+    ap.add_argument("--report", metavar="DOC", help="time nothing: write DOC (docs/performance.md) from --out's results")
+    ap.add_argument("--readme", metavar="README", help="with --report: also rewrite README's results table")
     args = ap.parse_args(argv)
+    if args.report:
+        from .report import write
+        return write(args.report, args.out, args.readme)
     reps = 5 if args.quick else 15
     if args.custom:  # the custom-loss section alone, at about 2M elements unless --elems says otherwise
         elems = args.elems if args.elems != 1 << 22 else 1 << 21
@@ -548,6 +553,7 @@ def main(argv=None):
     cells += [("loss", name, 1024, "fwd+bwd", ["eager", "default"]) for _, name in small_cells]
     cells += [("nonlinearity", name, n, mode, nl_variants) for n in sizes for mode in args.modes for name in nl_names]
     bandwidth = triad_bandwidth()
+    run_info = _run_info(argv, reps)  # how this run was made, for `autogen bench --report`
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; sizes "
           f"{', '.join(_size_label(s) for s in sizes)} elements (class and row losses: rows of 512); "
           f"{reps} interleaved repetitions (more below 1M); triad bandwidth {bandwidth / 1e9:.1f} GB/s")
@@ -574,7 +580,7 @@ def main(argv=None):
         if e and d:
             small[name] = e["median_ms"] / d["median_ms"]
     summary = {"threads": torch.get_num_threads(), "triad_bandwidth_bytes_per_s": bandwidth,
-               "sizes": sizes, "main_size": main_size, "tables": {}}
+               "sizes": sizes, "main_size": main_size, "tables": {}, **run_info}
     for kind, names, variants in (("loss", args.losses, loss_variants), ("nonlinearity", nl_names, nl_variants)):
         if not names:
             continue
@@ -618,6 +624,14 @@ def main(argv=None):
     print(f"wrote {os.path.join(out, 'bench.csv')}, bench.json, losses.csv/.json, nonlinearities.csv"
           + (f", {os.path.basename(png)}" if png else ""))
     return summary
+
+
+def _run_info(argv, reps):
+    """The command, date, repetitions, torch version, load and glibc settings of a run (the report shows them)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return {"command": " ".join(["autogen bench"] + argv), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "reps": reps, "torch": torch.__version__, "loadavg": os.getloadavg()[0],
+            "malloc_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("MALLOC_")}}
 
 
 def _near(size, main):

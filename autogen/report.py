@@ -1,0 +1,232 @@
+"""docs/performance.md and the README's results table, written from the benchmark's results JSON.
+
+`autogen bench --report docs/performance.md [--readme README.md] [--out benchmarks/results]` reads
+bench.json under --out (and the runs in its subfolders, e.g. another allocator state), renders
+templates/performance.md.j2 and, with --readme, replaces the README's block between its results markers.
+No benchmark runs: the figures are the last run's.
+"""
+import json
+import math
+import os
+import shutil
+import statistics
+from importlib import resources
+
+import jinja2
+
+TARGETS = {"loss": "fused", "nonlinearity": "autogen"}  # the variant each kind's speedups are of
+BEGIN = "<!-- results: written by `autogen bench --report docs/performance.md --readme README.md` -->"
+END = "<!-- end of results -->"
+
+_ENV = jinja2.Environment(loader=jinja2.FunctionLoader(
+    lambda name: resources.files("autogen.templates").joinpath(name).read_text()),
+    undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+
+
+def load_run(path):
+    """One run's bench.json: {"summary", "records", "custom"}."""
+    with open(path) as f:
+        run = json.load(f)
+    run.setdefault("custom", [])
+    run["path"] = path
+    return run
+
+
+def _geo(values):
+    values = [v for v in values if v and v > 0 and math.isfinite(v)]
+    return math.exp(statistics.mean(math.log(v) for v in values)) if values else None
+
+
+def _index(records):
+    return {(r["kind"], r["name"], r["nominal"], r["mode"], r["variant"]): r for r in records}
+
+
+def _label(n):
+    for unit, k in (("M", 1 << 20), ("K", 1 << 10)):
+        if n >= k and n % k == 0:
+            return f"{n // k}{unit}"
+    return str(n)
+
+
+def tables(run):
+    """The main size's tables, one per (kind, mode): a row per name with each variant's median and the ratios."""
+    records, main = run["records"], run["summary"]["main_size"]
+    idx = _index(records)
+    bandwidth = run["summary"].get("triad_bandwidth_bytes_per_s")
+    out = []
+    for kind, target in TARGETS.items():
+        for mode in dict.fromkeys(r["mode"] for r in records):
+            names = list(dict.fromkeys(r["name"] for r in records if r["kind"] == kind and r["mode"] == mode
+                                       and r["nominal"] == main))
+            if not names:
+                continue
+            variants = list(dict.fromkeys(r["variant"] for r in records if r["kind"] == kind and r["mode"] == mode
+                                          and r["nominal"] == main))
+            rows = []
+            for name in names:
+                cell = {v: idx.get((kind, name, main, mode, v)) for v in variants}
+                t = cell.get(target)
+                row = {"name": name, "ms": {v: r["median_ms"] for v, r in cell.items() if r}, "peak": {}}
+                row["peak"] = {v: r.get("peak_mb") for v, r in cell.items() if r}
+                row["ratio"] = {v: r["median_ms"] / t["median_ms"] for v, r in cell.items() if r and t and v != target}
+                row["bw"] = (t["bytes"] / (t["median_ms"] / 1e3) / bandwidth
+                             if t and t.get("bytes") and bandwidth else None)
+                rows.append(row)
+            others = [v for v in variants if v != target]
+            out.append({"kind": kind, "mode": mode, "target": target, "variants": variants, "others": others,
+                        "rows": rows, "geo": {v: _geo([r["ratio"].get(v) for r in rows]) for v in others},
+                        "slower": {v: sum(1 for r in rows if r["ratio"].get(v, 1) < 1) for v in others},
+                        "any_bw": any(r["bw"] for r in rows)})
+    return out
+
+
+def small(run):
+    """eager/default at 1K elements (the losses' small-input path), per loss."""
+    idx = _index(run["records"])
+    rows = []
+    for (kind, name, n, mode, v), r in idx.items():
+        if kind == "loss" and n == 1024 and mode == "fwd+bwd" and v == "default":
+            e = idx.get((kind, name, n, mode, "eager"))
+            if e:
+                rows.append({"name": name, "ratio": e["median_ms"] / r["median_ms"]})
+    return rows
+
+
+def sweeps(run):
+    """eager/ours by size, one table per (kind, mode), where the run timed more than one size."""
+    records = run["records"]
+    sizes = sorted({r["nominal"] for r in records if r["nominal"] > 1024 or len(run["summary"]["sizes"]) > 1})
+    if len(run["summary"].get("sizes", [])) < 2:
+        return []
+    idx = _index(records)
+    out = []
+    for kind, target in TARGETS.items():
+        for mode in dict.fromkeys(r["mode"] for r in records):
+            names = list(dict.fromkeys(r["name"] for r in records if r["kind"] == kind and r["mode"] == mode))
+            rows = []
+            for name in names:
+                cells = []
+                for s in sizes:
+                    e, t = idx.get((kind, name, s, mode, "eager")), idx.get((kind, name, s, mode, target))
+                    cells.append(e["median_ms"] / t["median_ms"] if e and t else None)
+                rows.append({"name": name, "cells": cells})
+            if rows:
+                out.append({"kind": kind, "mode": mode, "target": target, "sizes": [_label(s) for s in sizes],
+                            "rows": rows})
+    return out
+
+
+def states(runs):
+    """eager/ours and compile/ours per name (forward+backward, main size) in each allocator state side by side."""
+    if len(runs) < 2:
+        return None
+    per = [{(t["kind"], row["name"]): row["ratio"] for t in tables(run) if t["mode"] == "fwd+bwd"
+            for row in t["rows"]} for run in runs]
+    keys = list(dict.fromkeys(k for p in per for k in p))
+    rows = [{"kind": k[0], "name": k[1], "cells": [(p.get(k, {}).get("eager"), p.get(k, {}).get("compile"))
+                                                   for p in per]} for k in keys]
+    return {"labels": [state_label(run) for run in runs], "rows": rows}
+
+
+def state_label(run):
+    env = run["summary"].get("malloc_env") or {}
+    return "default" if not env else " ".join(f"{k}={v}" for k, v in env.items())
+
+
+def thresholds():
+    """The size thresholds as the code has them now."""
+    from . import functional as AF
+    return [{"name": n, "grad": AF.SMALL_ELEMENTS[n], "no_grad": AF.SMALL_ELEMENTS_NO_GRAD[n]}
+            for n in AF.LOSSES]
+
+
+def fmt(v, spec=".2f", none="-"):
+    return none if v is None else format(v, spec)
+
+
+def size(n):
+    if n >= 1 << 60:
+        return "always"
+    return "0" if n == 0 else _label(n)
+
+
+_ENV.filters.update(fmt=fmt, size=size)
+_ENV.globals.update(KINDS={"loss": "losses", "nonlinearity": "nonlinearities"},
+                    MODES={"fwd+bwd": "forward+backward", "fwd": "forward only"})
+
+
+def find_runs(out):
+    """The run in `out` first (the default allocator state), then one per subfolder holding a bench.json."""
+    runs = [load_run(os.path.join(out, "bench.json"))]
+    for sub in sorted(os.listdir(out)):
+        path = os.path.join(out, sub, "bench.json")
+        if os.path.isfile(path):
+            runs.append(load_run(path))
+    return runs
+
+
+def _plot(run, doc):
+    """Copy the run's plot beside the document; its name relative to the document, or None."""
+    src = run["summary"].get("plot")
+    if not src:
+        return None
+    src = src if os.path.isabs(src) or os.path.exists(src) else os.path.join(os.path.dirname(run["path"]), src)
+    if not os.path.exists(src):
+        src = os.path.join(os.path.dirname(run["path"]), os.path.basename(src))
+    if not os.path.exists(src):
+        return None
+    name = os.path.basename(src)
+    dst = os.path.join(os.path.dirname(os.path.abspath(doc)), name)
+    if os.path.abspath(src) != dst:
+        shutil.copyfile(src, dst)
+    return name
+
+
+def context(runs, doc):
+    run = runs[0]
+    s = run["summary"]
+    return {"s": s, "run": run, "tables": tables(run), "small": small(run), "sweeps": sweeps(run),
+            "states": states(runs), "custom": run["custom"], "thresholds": thresholds(),
+            "threshold_env": os.environ.get("AUTOGEN_SMALL_ELEMENTS"),
+            "custom_geo": _geo([r.get("eager_over_fused") for r in run["custom"]]),
+            "custom_geo_compile": _geo([r.get("compile_over_fused") for r in run["custom"]]),
+            "small_geo": _geo([r["ratio"] for r in small(run)]),
+            "quick": "--quick" in s.get("command", ""), "plot": _plot(run, doc) if doc else None,
+            "bandwidth": (s.get("triad_bandwidth_bytes_per_s") or 0) / 1e9, "main": _label(s["main_size"])}
+
+
+def render_doc(runs, doc):
+    return _ENV.get_template("performance.md.j2").render(**context(runs, doc))
+
+
+def render_readme_block(runs, doc):
+    return _ENV.get_template("results_block.md.j2").render(**context(runs, None), doc=doc).strip()
+
+
+def replace_block(text, block):
+    """The README's text with the results block between the markers replaced."""
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"README has no results block: it needs the lines {BEGIN!r} and {END!r}")
+    return text[:start + len(BEGIN)] + "\n" + block + "\n" + text[end:]
+
+
+def write(doc, out, readme=None):
+    """Render the document from the runs in `out`; with `readme`, its results block too."""
+    if not os.path.isfile(os.path.join(out, "bench.json")):
+        raise ValueError(f"no benchmark results in {out}: run `autogen bench` first (or pass --out DIR)")
+    runs = find_runs(out)
+    text = render_doc(runs, doc)
+    os.makedirs(os.path.dirname(os.path.abspath(doc)), exist_ok=True)
+    with open(doc, "w") as f:
+        f.write(text)
+    written = [doc]
+    if readme:
+        rel = os.path.relpath(os.path.abspath(doc), os.path.dirname(os.path.abspath(readme)))
+        with open(readme) as f:
+            old = f.read()
+        with open(readme, "w") as f:
+            f.write(replace_block(old, render_readme_block(runs, rel)))
+        written.append(readme)
+    print("wrote " + ", ".join(written))
+    return written
