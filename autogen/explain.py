@@ -80,7 +80,8 @@ def explain(name_or_module, *example_inputs, **options):
         return Explanation(label, get_policy(), "(no primitive graph: the loss ran eagerly)", rec.calls, {})
     prob = probs[-1]
     needs = tuple(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs[:len(prob.graph.inputs)])
-    needs = needs + (False,) * (len(prob.graph.inputs) - len(needs))
+    needs = getattr(prob, "needs", None) or needs + (False,) * (len(prob.graph.inputs) - len(needs))  # its own: a
+    # loss after a linear layer (linear_loss.ChunkedLoss), whose first input is the logits
     plan = fused_plan(prob.graph, needs, prob.dtype)
     sources = {plan.forward.label: render(plan.forward)}
     if plan.backward is not None:

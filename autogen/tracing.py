@@ -913,6 +913,12 @@ def _trace(module, forward, tensors, cls):
             kind = "item" if _ITEM_RE.search(text) else "control"
             raise TracingError(_tracing_message(kind, line)) from None
         raise _Unsupported(f"{type(exc).__name__}: {exc}".split("\n")[0][:200], line) from None
+    from .linear_loss import chunked_trace  # F.linear then row-wise work: the logits in row chunks
+    chunked = chunked_trace(gm, tensors, lambda g, ts: _lower(g, ts, cls, calls))
+    return chunked if chunked is not None else _lower(gm, tensors, cls, calls)
+
+
+def _lower(gm, tensors, cls, calls):
     low = _Lowering(gm, tensors, cls.__name__)
     low.inline = calls
     out = low.run()
@@ -970,6 +976,8 @@ def _run_checks(traced, tensors):
 
 
 def _run(traced, tensors):
+    if not isinstance(traced, _Traced):  # linear_loss.ChunkedLoss
+        return traced.run(tensors)
     if traced.consts:
         tensors = tuple(tensors) + traced.consts
     if traced.checks:

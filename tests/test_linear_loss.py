@@ -1,5 +1,6 @@
 """linear_cross_entropy against torch: F.cross_entropy(F.linear(...)), z-loss and softcap in torch ops."""
 import itertools
+import math
 
 import pytest
 import torch
@@ -305,3 +306,119 @@ def test_aggressive_float32_and_z_loss_return():
     torch.testing.assert_close(loss, torch_reference(h, W, t, b, z_loss=0.01, softcap=2.0))
     logits = 2.0 * torch.tanh(TF.linear(h, W, b) / 2.0)
     torch.testing.assert_close(z, (0.01 * torch.logsumexp(logits, -1)[t != -100] ** 2).mean())
+
+
+# -- any row-wise loss after a linear layer, inside @autogen_loss ---------------------------------------
+def _kd(z, teacher, t, T=2.0):  # distillation: KL to the teacher's softened distribution, plus CE
+    kd = TF.kl_div(TF.log_softmax(z / T, -1), TF.log_softmax(teacher / T, -1), reduction="batchmean",
+                   log_target=True)
+    return 0.5 * TF.cross_entropy(z, t) + kd * T * T
+
+
+def _jsd(z, teacher, t, beta=0.5):  # generalized Jensen-Shannon divergence to the teacher, rows' mean
+    p, q = TF.softmax(z, -1), TF.softmax(teacher, -1)
+    m = beta * p + (1 - beta) * q
+    lm = torch.log(m)
+    rows = beta * (p * (TF.log_softmax(z, -1) - lm)).sum(-1) + (1 - beta) * (q * (TF.log_softmax(teacher, -1) - lm)).sum(-1)
+    return rows.mean()
+
+
+def _smooth_z(z, teacher, t):  # label smoothing and a z-loss written out, masked mean over valid rows
+    valid = (t != -100).to(z.dtype)
+    ce = TF.cross_entropy(z, t, label_smoothing=0.1, reduction="none")
+    zl = 1e-2 * torch.logsumexp(z, -1) ** 2 * valid
+    return (ce + zl).sum() / valid.sum()
+
+
+def _soft(z, teacher, t):  # soft targets: the teacher's probabilities, summed over rows
+    return -(TF.softmax(teacher, -1) * TF.log_softmax(z, -1)).sum()
+
+
+def _rows(z, teacher, t):  # per-row losses (as reduction='none') over (batch, tokens, vocab) logits
+    lp = TF.log_softmax(z, -1)
+    return -0.95 * lp.gather(-1, t.clamp_min(0).unsqueeze(-1)).squeeze(-1) - 0.05 * lp.mean(-1)
+
+
+CUSTOM = {"ce": lambda z, teacher, t: TF.cross_entropy(z, t), "kd": _kd, "jsd": _jsd, "smooth_z": _smooth_z,
+          "soft": _soft, "rows": _rows}
+
+
+@autogen.autogen_loss
+class LinearThen(torch.nn.Module):
+    """F.linear(h, W, b) then one of CUSTOM (by name) on the logits."""
+
+    def __init__(self, name):
+        super().__init__()
+        self.name = name
+
+    def forward(self, h, W, teacher, t, *bias):
+        return CUSTOM[self.name](TF.linear(h, W, *bias), teacher, t)
+
+
+def _custom_inputs(dtype, shape=(N,), bias=True):
+    h, W, b, t = make(dtype, n=math.prod(shape), bias=bias)
+    teacher = torch.randn(*shape, V, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(dtype)
+    return h.view(*shape, H), W, b, teacher, t.view(shape)
+
+
+def _custom_grads(module, h, W, b, teacher, t):
+    leaves = [x.detach().clone().requires_grad_() for x in (h, W, b) if x is not None]
+    out = module(leaves[0], leaves[1], teacher, t, *leaves[2:])
+    gout = torch.rand(out.shape, dtype=out.dtype, generator=torch.Generator().manual_seed(2)) + 0.5
+    return out.detach(), torch.autograd.grad(out, leaves, gout)
+
+
+@pytest.mark.parametrize("name,dtype,shape,chunk", [
+    ("ce", torch.float64, (N,), 8), ("kd", torch.float64, (N,), 5), ("jsd", torch.float64, (N,), 8),
+    ("smooth_z", torch.float64, (N,), 8), ("soft", torch.float64, (N,), 64), ("rows", torch.float64, (4, 9), 5),
+    ("kd", torch.float32, (N,), 8), ("ce", torch.float32, (N,), None)])
+def test_traced_loss_after_linear_runs_in_chunks(monkeypatch, name, dtype, shape, chunk):
+    """A row-wise loss on F.linear's logits in an @autogen_loss module: the logits in row chunks (ragged
+    last chunk), the module's graph as each chunk's fused kernel; values and the gradients of input,
+    weight and bias against the module run as written."""
+    monkeypatch.setattr(LL, "TRACED_CHUNK_ROWS", chunk)
+    args = _custom_inputs(dtype, shape, bias=name != "soft")
+    with autogen.record() as rec:
+        out, got = _custom_grads(LinearThen(name, use_autogen=True), *args)
+    ref, want = _custom_grads(LinearThen(name), *args)
+    tol = dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else {}
+    torch.testing.assert_close(out, ref, **tol)
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a, e, **tol)
+    assert {(c.op, c.path, c.fused, c.phase) for c in rec.calls} == \
+        {("LinearThen", "autogen", True, "forward"), ("LinearThen", "autogen", True, "backward")}
+    rows = min(chunk or N, math.prod(shape))
+    assert all(c.reason.startswith(f"F.linear in row chunks: the logits of {rows} of") for c in rec.calls)
+
+
+def test_traced_loss_after_linear_explain_and_no_grad(monkeypatch):
+    monkeypatch.setattr(LL, "TRACED_CHUNK_ROWS", 8)
+    h, W, b, teacher, t = _custom_inputs(torch.float64)
+    text = str(autogen.explain(LinearThen("kd", use_autogen=True), h, W, teacher, t, b))
+    assert "F.linear in row chunks" in text and "forward+grad" in text
+    with torch.no_grad():
+        torch.testing.assert_close(LinearThen("kd", use_autogen=True)(h, W, teacher, t, b),
+                                   LinearThen("kd")(h, W, teacher, t, b))
+
+
+@autogen.autogen_loss
+class NotChunkable(torch.nn.Module):
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+
+    def forward(self, h, W, teacher, t, b):
+        z = TF.linear(h, W, b)
+        if self.kind == "weight_decay":  # the weight read outside the linear layer
+            return TF.cross_entropy(z, t) + 1e-3 * W.square().sum()
+        return TF.cross_entropy(z, t, reduction="sum") / torch.logsumexp(z, -1).sum()  # a ratio of sums
+
+
+@pytest.mark.parametrize("kind,why", [("weight_decay", "weight also used outside F.linear"),
+                                      ("ratio", "not linear in its sums")])
+def test_traced_loss_after_linear_that_cannot_chunk_runs_eagerly(kind, why):
+    args = _custom_inputs(torch.float64)
+    with pytest.warns(RuntimeWarning, match=why):
+        out, got = _custom_grads(NotChunkable(kind, use_autogen=True), *args)
+    ref, want = _custom_grads(NotChunkable(kind), *args)
+    torch.testing.assert_close(out, ref)
