@@ -1,4 +1,5 @@
 """The README and docs/: code examples run, names they mention exist, the performance report renders a run."""
+import importlib
 import json
 import os
 import re
@@ -47,6 +48,10 @@ def test_paths_and_names_the_docs_mention_exist(doc):
         for part in dotted.split("."):
             assert hasattr(obj, part), f"{doc} names autogen.{dotted}, which does not exist"
             obj = getattr(obj, part)
+    for module, name in set(re.findall(r"\b(\w+)\.(_?[A-Za-z]\w*)\b", text)):  # functional._ATEN, executor.pooled
+        if os.path.exists(os.path.join(ROOT, "autogen", module + ".py")) and name not in ("py", "md", "j2"):
+            mod = importlib.import_module("autogen." + module)
+            assert hasattr(mod, name), f"{doc} names {module}.{name}, which does not exist"
 
 
 def _record(kind, name, mode, variant, ms, nominal=1 << 22):
