@@ -67,9 +67,8 @@ class Problem:
 
 
 # -- large outputs: a caching pool ------------------------------------------------------------
-# A fresh 16 MB output is new memory to the OS whenever glibc has handed the last one back (it
-# trims the heap top past 32 MB): thousands of page faults per call, measured at 2-5x a memory-bound
-# kernel's own time on this machine, and varying from run to run with the heap's history. Large
+# A fresh large output is new memory to the OS whenever glibc has handed the last one back: page
+# faults on every call, costing more than a memory-bound kernel itself (docs/performance.md). Large
 # kernel outputs therefore come from a pool: a buffer returns to it when the tensor that used it is
 # freed (a weakref finalizer on the numpy view torch.from_numpy holds), and the next call of that
 # size reuses its pages.
@@ -184,7 +183,7 @@ def run_spec(spec, prob, values):
 
 
 _PAR_SECONDS = 3e-4  # use threads only when one thread would take longer than this: a parallel
-# launch costs ~100 us here (65K-element mse: 28 us on one thread, 170 us handed to a pool thread).
+# launch costs more than a small kernel's whole run (docs/performance.md).
 # Generated kernels then run their prange variant, handwritten ones a prange trampoline over
 # row chunks (split_run): both on numba's threads, compiled only for such inputs.
 _ran = set()         # kernels called at least once (compiled for the types they take here)

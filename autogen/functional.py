@@ -27,13 +27,11 @@ LOSSES = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_e
 _LOW = (torch.float16, torch.bfloat16)
 
 
-# Below these sizes (elements of the input, forward+backward on this project's 2-core machines)
-# torch's own kernel beats any launch of ours: an empty autograd.Function alone costs what
-# eager mse does at 1K elements. Measured with `python benchmarks/bench_crossover.py`; the
-# 'aggressive' policy ignores them, and AUTOGEN_SMALL_ELEMENTS=N sets one value for all losses.
-# NLL writes the same gradient torch does, so only at 8M elements, where torch's 32 MB gradient is
-# new memory on every call (glibc maps it), does its fused kernel win clearly: eager/fused 1.8-2.1 at
-# 8M, 0.79-1.18 at 4M (.backward(), interleaved, four runs), 0.66 at 1M.
+# Below these sizes (elements of the input, forward+backward) torch's own kernel beats any launch of
+# ours. Measured with `python benchmarks/bench_crossover.py` (docs/performance.md: how, and the figures);
+# the 'aggressive' policy ignores them, and AUTOGEN_SMALL_ELEMENTS=N sets one value for all losses.
+# NLL writes the same gradient torch does: its fused kernel wins only where torch's gradient is new
+# memory on every call.
 SMALL_ELEMENTS = {"mse_loss": 1 << 17, "l1_loss": 1 << 15, "smooth_l1_loss": 1 << 19, "huber_loss": 1 << 19,
                   "binary_cross_entropy": 1 << 13, "binary_cross_entropy_with_logits": 1 << 18,
                   "cross_entropy": 1 << 19, "nll_loss": 1 << 23, "gaussian_nll_loss": 1 << 16,
@@ -43,10 +41,8 @@ SMALL_ELEMENTS = {"mse_loss": 1 << 17, "l1_loss": 1 << 15, "smooth_l1_loss": 1 <
                  "cosine_embedding_loss": 0}
 # The same for a call that needs no gradient (torch.no_grad(), or no input requires grad): the fused
 # kernel then saves only the forward's passes, so torch's kernel wins up to larger sizes, and NLL's
-# forward (a gather of one value per row) at every size. From `bench_crossover.py --fwd` (eager/ours,
-# two or three runs; eager's own time moves up to 6x with page faults, so each limit is the first size
-# ours won in every run): at 128K, 512K, 1M elements mse 0.69-0.71, 0.83-5.5, 0.95-5.6 (4M: 1.8-5.1);
-# cross_entropy 0.41-0.44, 0.50-0.53, 1.04-1.31; nll 0.15-0.46 from 1K to 4M.
+# forward (a gather of one value per row) at every size. From `bench_crossover.py --fwd`: each limit is
+# the first size ours won in every run (eager's own time moves with page faults).
 SMALL_ELEMENTS_NO_GRAD = dict(SMALL_ELEMENTS, mse_loss=1 << 22, l1_loss=1 << 19, cross_entropy=1 << 20,
                               nll_loss=1 << 62, margin_ranking_loss=1 << 19, multilabel_soft_margin_loss=1 << 13,
                               multi_margin_loss=1 << 17, poisson_nll_loss=1 << 17, triplet_margin_loss=1 << 19,
