@@ -1,7 +1,8 @@
 """A small training runner driven by a params file: `autogen run --params params.yaml`.
 
 The model comes from the file's `model:` section (an MLP on synthetic data, or a tiny GPT-style
-model when `model.name: gpt`) with its `nonlinearity` and `loss`; `runconfig` carries
+model when `model.name: gpt`; with `model.fused_output: true` its vocabulary head runs inside
+linear_cross_entropy) with its `nonlinearity` and `loss`; `runconfig` carries
 `num_steps`, `batch_size`, `learning_rate`, `seed` and the autogen_* settings. Subclass Runner
 and override its hooks to add logging or profiling.
 """
@@ -74,12 +75,16 @@ class TinyGPT(torch.nn.Module):
         self.head = torch.nn.Linear(hidden_size, vocab_size)
         self.register_buffer("mask", torch.nn.Transformer.generate_square_subsequent_mask(seq_len), persistent=False)
 
-    def forward(self, idx):
+    def features(self, idx):
+        """The hidden states the vocabulary head reads, (B, T, hidden)."""
         t = idx.shape[1]
         h = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
         for block in self.blocks:
             h = block(h, src_mask=self.mask[:t, :t], is_causal=True)
-        return self.head(h)
+        return h
+
+    def forward(self, idx):
+        return self.head(self.features(idx))
 
 
 class Runner:
@@ -126,7 +131,11 @@ class Runner:
                 start = torch.randint(0, vocab, (self.batch_size, 1))
                 seqs = (start + torch.arange(seq + 1)) % vocab
                 return seqs[:, :-1], seqs[:, 1:].reshape(-1)
+            if cfg.get("fused_output", False):  # the head inside the loss: the logits never exist whole
+                return _Hidden(model), _FusedHead(loss_name, loss_options, model.head, cfg), make_batch
             return _FlatLogits(model, vocab), loss_fn, make_batch
+        if cfg.get("fused_output", False):
+            raise ValueError("model.fused_output: only for model.name gpt (its vocabulary head)")
         if name != "mlp":
             raise ValueError(f"unknown model.name {name!r}; known: mlp, gpt")
         inputs, classes = _number(cfg, "model", "input_size", 32), _number(cfg, "model", "num_classes", 10)
@@ -212,3 +221,31 @@ class _FlatLogits(torch.nn.Module):
 
     def forward(self, idx):
         return self.model(idx).reshape(-1, self.vocab)
+
+
+class _Hidden(torch.nn.Module):
+    """The GPT's hidden states as (B*T, hidden) rows, for a loss that applies the head itself."""
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, idx):
+        h = self.model.features(idx)
+        return h.reshape(-1, h.shape[-1])
+
+
+class _FusedHead:
+    """model.fused_output: linear_cross_entropy(hidden, head.weight, target, head.bias, **loss_options), the
+    head's matmul and the cross-entropy in row chunks (autogen.linear_loss)."""
+    def __init__(self, loss_name, options, head, cfg):
+        from .linear_loss import LinearCrossEntropyLoss
+        if loss_name not in ("CrossEntropyLoss", "cross_entropy"):
+            raise ValueError(f"model.fused_output: needs model.loss CrossEntropyLoss, got {loss_name!r}")
+        try:
+            self.loss = LinearCrossEntropyLoss(**options, use_autogen=bool(cfg.get("use_autogen", True)))
+        except TypeError as exc:
+            raise ValueError(f"model.loss_options with fused_output: {exc}") from None
+        self.head = head
+
+    def __call__(self, hidden, target):
+        return self.loss(hidden, self.head.weight, target, self.head.bias)

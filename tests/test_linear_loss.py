@@ -422,3 +422,26 @@ def test_traced_loss_after_linear_that_cannot_chunk_runs_eagerly(kind, why):
         out, got = _custom_grads(NotChunkable(kind, use_autogen=True), *args)
     ref, want = _custom_grads(NotChunkable(kind), *args)
     torch.testing.assert_close(out, ref)
+
+
+def test_runner_gpt_fused_output(tmp_path):
+    """`autogen run` with model.name gpt and model.fused_output: true trains through linear_cross_entropy
+    (the head's weight and bias from the model), from the same first loss as the model's own head."""
+    from autogen.runner import Runner
+    text = ("model: {name: gpt, vocab_size: 24, seq_len: 8, hidden_size: 16, num_layers: 1, num_heads: 2,\n"
+            "        loss_options: {label_smoothing: 0.1}, fused_output: %s}\n"
+            "runconfig: {num_steps: 12, batch_size: 8, learning_rate: 0.01, seed: 3}\n")
+    runs = {}
+    for fused in ("true", "false"):
+        path = tmp_path / f"{fused}.yaml"
+        path.write_text(text % fused)
+        runs[fused] = Runner.from_file(str(path), progress=False).fit()
+    fused, plain = runs["true"], runs["false"]
+    assert "linear_cross_entropy" in {c.op for c in fused.calls} and "linear_cross_entropy" in fused.summary()
+    assert "linear_cross_entropy" not in {c.op for c in plain.calls}
+    assert fused.losses[0] == pytest.approx(plain.losses[0], rel=1e-5)
+    assert sum(fused.losses[-3:]) < sum(fused.losses[:3])
+    path = tmp_path / "bad.yaml"
+    path.write_text("model: {name: gpt, fused_output: true, loss: mse_loss}\n")
+    with pytest.raises(ValueError, match="fused_output: needs model.loss CrossEntropyLoss"):
+        Runner.from_file(str(path), progress=False)
