@@ -5,9 +5,11 @@ bench.json under --out (and the runs in its subfolders, e.g. another allocator s
 templates/performance.md.j2 and, with --readme, replaces the README's block between its results markers.
 No benchmark runs: the figures are the last run's.
 """
+import glob
 import json
 import math
 import os
+import re
 import shutil
 import statistics
 from importlib import resources
@@ -128,6 +130,34 @@ def states(runs):
     return {"labels": [state_label(run) for run in runs], "rows": rows}
 
 
+def nonlinearity_states(run):
+    """The nonlinearity table in two allocator states (bench.json's "nonlinearity_states"): eager / ours per
+    state, mode and variant, and the bytes each variant saves for backward."""
+    rows = run.get("nonlinearity_states") or []
+    if not rows:
+        return None
+    ratio = re.compile(r"(.+) (fwd\+bwd|fwd) eager_over_(\w+)$")  # "<state> <mode> eager_over_<variant>"
+    cols = [m.groups() for m in map(ratio.match, rows[0]) if m]
+    saved = [k[:-len("_saved_bytes")] for k in rows[0] if k.endswith("_saved_bytes")]
+    return {"cols": cols, "saved": saved,
+            "rows": [{"name": r["name"], "saved": [r[f"{v}_saved_bytes"] / 2 ** 20 for v in saved],
+                      "cells": [r.get(f"{st} {mode} eager_over_{v}") for st, mode, v in cols]} for r in rows],
+            "geo": [_geo([r.get(f"{st} {mode} eager_over_{v}") for r in rows]) for st, mode, v in cols]}
+
+
+def linear_ce(out):
+    """Rows of `python benchmarks/bench_linear_ce.py --json DIR/linear_ce*.json` runs found in the results folder."""
+    rows = []
+    for path in sorted(glob.glob(os.path.join(out, "linear_ce*.json"))):
+        with open(path) as f:
+            rows += json.load(f)
+    for r in rows:
+        mem = r["mem"]
+        r["peak_mb"] = {v: m / 2 ** 20 for v, m in mem.items()}
+        r["mem_over_eager"] = mem["ours"] / mem["eager"] if mem.get("eager") else None
+    return rows
+
+
 def state_label(run):
     env = run["summary"].get("malloc_env") or {}
     return "default" if not env else " ".join(f"{k}={v}" for k, v in env.items())
@@ -187,6 +217,7 @@ def context(runs, doc):
     s = run["summary"]
     return {"s": s, "run": run, "tables": tables(run), "small": small(run), "sweeps": sweeps(run),
             "states": states(runs), "custom": run["custom"], "thresholds": thresholds(),
+            "nl_states": nonlinearity_states(run), "linear_ce": linear_ce(os.path.dirname(run["path"])),
             "threshold_env": os.environ.get("AUTOGEN_SMALL_ELEMENTS"),
             "custom_geo": _geo([r.get("eager_over_fused") for r in run["custom"]]),
             "custom_geo_compile": _geo([r.get("compile_over_fused") for r in run["custom"]]),

@@ -76,9 +76,16 @@ def _run(tmp, malloc_env, scale=1.0):
                "torch": "2.13.0", "loadavg": 1.5, "malloc_env": malloc_env, "plot": None}
     custom = [{"loss": "FocalLoss", "eager_ms": 3.0, "fused_ms": 1.0, "compile_ms": 2.0,
                "eager_over_fused": 3.0, "compile_over_fused": 2.0}]
+    states = [{"name": "gelu", "size": 1 << 22, "eager_saved_bytes": 16 << 20, "default_saved_bytes": 16 << 20,
+               "autogen_saved_bytes": 32 << 20, "default fwd+bwd eager_over_autogen": 1.5,
+               "no page faults fwd+bwd eager_over_autogen": 1.25}]
     os.makedirs(tmp, exist_ok=True)
     with open(os.path.join(tmp, "bench.json"), "w") as f:
-        json.dump({"summary": summary, "records": records, "custom": custom}, f)
+        json.dump({"summary": summary, "records": records, "custom": custom, "nonlinearity_states": states}, f)
+    with open(os.path.join(tmp, "linear_ce.json"), "w") as f:  # bench_linear_ce.py --json
+        json.dump([{"tokens": 2048, "vocab": 32768, "dtype": "float32", "state": "heap", "median": {"ours": 2.5},
+                    "per_ours": {"eager": 1.1, "compile": 0.9}, "cpu_per_ours": {"eager": 1.2, "compile": 0.8},
+                    "mem": {"eager": 800 << 20, "compile": 300 << 20, "ours": 100 << 20}}], f)
 
 
 def test_report_renders_a_run_and_rewrites_only_the_readme_block(tmp_path):
@@ -103,6 +110,8 @@ def test_report_renders_a_run_and_rewrites_only_the_readme_block(tmp_path):
     assert f"| `mse_loss` | {0.02 / 0.025:.2f} |" in text  # 1K: eager / default
     from autogen import functional as AF
     assert f"| `nll_loss` | {report.size(AF.SMALL_ELEMENTS['nll_loss'])} |" in text
+    assert "| `gelu` | 16 / 16 / 32 | 1.50 | 1.25 |" in text  # nonlinearities in both allocator states
+    assert "| 2048 | 32768 | float32 | heap | 2.50 | 1.10, 1.20 | 0.90, 0.80 | 800 / 300 / 100 | 0.12 |" in text
     new = readme.read_text()
     assert new.startswith("# title\n\nbefore\n\n" + report.BEGIN) and new.endswith(report.END + "\n\nafter\n")
     assert "old table" not in new and "performance.md" in new and f"| {geo:.2f}x |" in new
