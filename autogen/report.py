@@ -17,6 +17,7 @@ from importlib import resources
 import jinja2
 
 TARGETS = {"loss": "fused", "nonlinearity": "autogen"}  # the variant each kind's speedups are of
+KIND_LABELS = {"loss": "losses", "nonlinearity": "nonlinearities"}
 BEGIN = "<!-- results: written by `autogen bench --report docs/performance.md --readme README.md` -->"
 END = "<!-- end of results -->"
 
@@ -181,7 +182,7 @@ def size(n):
 
 
 _ENV.filters.update(fmt=fmt, size=size)
-_ENV.globals.update(KINDS={"loss": "losses", "nonlinearity": "nonlinearities"},
+_ENV.globals.update(KINDS=KIND_LABELS,
                     MODES={"fwd+bwd": "forward+backward", "fwd": "forward only"})
 
 
@@ -195,8 +196,54 @@ def find_runs(out):
     return runs
 
 
+def plot_bars(run, path):
+    """Speedup over torch eager at the main size, forward+backward: a horizontal bar per name for ours and for
+    torch.compile, sorted, eager = 1 marked; a panel per kind. False without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import matplotlib.ticker
+    except ImportError:
+        return False
+    panels = [t for t in tables(run) if t["mode"] == "fwd+bwd" and t["rows"]]
+    if not panels:
+        return False
+    heights = [len(t["rows"]) for t in panels]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 1.5 + 0.32 * sum(heights)), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    for ax, t in zip(axes[:, 0], panels):
+        rows = sorted(t["rows"], key=lambda r: r["ratio"].get("eager") or 0)
+        ys = range(len(rows))
+        ours = [r["ratio"].get("eager") or float("nan") for r in rows]  # eager time / ours: ours' speedup
+        comp = [r["ratio"]["eager"] / r["ratio"]["compile"] if r["ratio"].get("eager") and r["ratio"].get("compile")
+                else float("nan") for r in rows]  # eager time / compile time
+        for off, vals, label, color in ((0.2, ours, "ours", "tab:blue"), (-0.2, comp, "torch.compile", "tab:orange")):
+            # each bar runs from eager's 1x to the variant's speedup, right of it when faster
+            ax.barh([y + off for y in ys], [abs(v - 1) for v in vals], left=[min(v, 1) for v in vals], height=0.4,
+                    label=label, color=color)
+        ax.axvline(1.0, color="black", linewidth=1)
+        ax.set_xscale("log", base=2)
+        seen = [v for v in ours + comp if math.isfinite(v)] + [1.0]
+        ax.set_xlim(min(seen) / 1.2, max(seen) * 1.2)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
+        ax.set_yticks(list(ys), [r["name"] for r in rows], fontsize=8)
+        ax.set_title(f"{KIND_LABELS[t['kind']]}, forward+backward, ~{_label(run['summary']['main_size'])} elements: "
+                     "speedup over torch eager (1 = eager)", fontsize=10)
+        ax.grid(True, axis="x", which="both", alpha=0.3)
+        ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
 def _plot(run, doc):
-    """Copy the run's plot beside the document; its name relative to the document, or None."""
+    """The plot beside the document: bars at one size (drawn here), the run's own speedup-vs-size plot for a
+    sweep. Its name relative to the document, or None."""
+    if len(run["summary"].get("sizes", [])) < 2:
+        name = "speedup.png"
+        return name if plot_bars(run, os.path.join(os.path.dirname(os.path.abspath(doc)), name)) else None
     src = run["summary"].get("plot")
     if not src:
         return None
@@ -247,8 +294,8 @@ def write(doc, out, readme=None):
     if not os.path.isfile(os.path.join(out, "bench.json")):
         raise ValueError(f"no benchmark results in {out}: run `autogen bench` first (or pass --out DIR)")
     runs = find_runs(out)
-    text = render_doc(runs, doc)
     os.makedirs(os.path.dirname(os.path.abspath(doc)), exist_ok=True)
+    text = render_doc(runs, doc)
     with open(doc, "w") as f:
         f.write(text)
     written = [doc]

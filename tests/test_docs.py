@@ -1,5 +1,6 @@
 """The README and docs/: code examples run, names they mention exist, the performance report renders a run."""
 import importlib
+import importlib.util
 import json
 import os
 import re
@@ -112,6 +113,8 @@ def test_report_renders_a_run_and_rewrites_only_the_readme_block(tmp_path):
     assert f"| `nll_loss` | {report.size(AF.SMALL_ELEMENTS['nll_loss'])} |" in text
     assert "| `gelu` | 16 / 16 / 32 | 1.50 | 1.25 |" in text  # nonlinearities in both allocator states
     assert "| 2048 | 32768 | float32 | heap | 2.50 | 1.10, 1.20 | 0.90, 0.80 | 800 / 300 / 100 | 0.12 |" in text
+    if importlib.util.find_spec("matplotlib"):
+        assert "![speedup over torch eager](speedup.png)" in text and (doc.parent / "speedup.png").stat().st_size
     new = readme.read_text()
     assert new.startswith("# title\n\nbefore\n\n" + report.BEGIN) and new.endswith(report.END + "\n\nafter\n")
     assert "old table" not in new and "performance.md" in new and f"| {geo:.2f}x |" in new
