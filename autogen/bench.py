@@ -90,7 +90,7 @@ def measure(fns, reps):
     the same in every run), so a slow spell of this shared machine falls on all variants alike and no
     variant always runs after the same one. A fixed cycle did that: the fused kernel always ran after
     the op-by-op path, paying for the dirty cache it leaves, and eager after the light default path
-    (NLL at 4M: eager/fused 1.01-1.12 in a fixed cycle, 1.17-1.20 shuffled)."""
+    (docs/performance.md has the figures)."""
     for fn in fns.values():  # compile / warm up
         fn()
         fn()
@@ -111,7 +111,7 @@ def fwd_bwd(fn, args):
     """Forward, then backward as a training step runs it: .grad set to None (zero_grad's default), then
     out.backward(), which makes the gradient .grad. torch.autograd.grad would hide a copy .backward()
     makes of a gradient that something else still holds (our fused losses did that until this harness
-    used .backward(): nll at 8192x512, 2.0-2.7 ms against 0.43-0.55)."""
+    used .backward())."""
     grad_out = []
     leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
 
