@@ -623,8 +623,8 @@ class ChunkedLoss:
             if i == 0:
                 continue
             t = kept[i]
-            if node.kind == "f":
-                t = t.to(cdt)
+            if node.kind == "f" and not (node.level & ROW and t.dtype.itemsize < cdt.itemsize):
+                t = t.to(cdt)  # (bfloat16 rows, a teacher's logits: converted chunk by chunk)
             if how == "expand":
                 t = t.expand(broadcast_shapes(t.shape, tr.base))
             args[node.attr] = t.contiguous().reshape(-1)
@@ -635,7 +635,8 @@ class ChunkedLoss:
                 bad = int(idx[(idx < 0) | (idx >= C)][0])
                 raise RuntimeError(f"index {bad} is out of bounds for dimension 1 with size {C}")
             args[node.attr] = idx.contiguous()
-        plain = {k: v.detach() for k, v in args.items()}
+        plain = {k: v.detach().to(cdt) if v.is_floating_point() else v.detach() for k, v in args.items()} \
+            if tr.checks or self.globals or self.rest is not None else {}
         if tr.checks:
             inline.run_checks(tr.checks, plain, tr.params, tr.dims, tr.graph.mode)
         params = dict(tr.params)
@@ -691,7 +692,8 @@ class _Custom:
             values = dict(self.params)
             values[leaves[0].attr] = z.reshape(-1)
             for x in leaves[1:]:
-                values[x.attr] = cut(x, others[x.attr].detach(), s, e)
+                v = cut(x, others[x.attr].detach(), s, e)
+                values[x.attr] = v if x.kind != "f" or v.dtype == cdt else v.to(cdt)
             outs = run_spec(plan.forward, prob, values)
             if not want:
                 return (None, None, float(outs[0]), None) if graph.level == SCALAR else (outs[0].double(), None,

@@ -1,10 +1,15 @@
-"""Linear + loss: forward+backward of cross-entropy over a linear layer's logits.
+"""Linear + loss: forward+backward of a loss over a linear layer's logits.
 
     eager    F.cross_entropy(F.linear(h, W), t)              the (tokens, vocab) logits, their softmax
                                                                and their gradient, each whole
     compile  torch.compile of the same function               (inductor, CPU)
     ours     autogen.functional.linear_cross_entropy          row chunks: BLAS logits, the fused kernel
                                                                writes loss and dlogits, BLAS gradients
+
+`--loss kd`: the distillation-KL custom form instead, an @autogen_loss module
+    KL(softmax(teacher / T) || softmax(F.linear(h, W) / T)) * T**2, 'batchmean', T = 2
+against a teacher's (tokens, vocab) logits: eager is the module as written, compile its
+torch.compile, ours the module with use_autogen=True (its graph is each chunk's generated kernel).
 
 Run: `python benchmarks/bench_linear_ce.py` (2048 tokens x 32768 vocab x 512 hidden, float32, 3
 repetitions; a few minutes on 2 cores). `--tokens 2048 4096`, `--dtype bfloat16`, `--reps N`,
@@ -55,15 +60,39 @@ def child(a):
     W = (torch.randn(a.vocab, a.hidden) * 0.02).to(dtype).requires_grad_()
     t = torch.randint(0, a.vocab, (a.tokens,))
 
-    def eager(h, W, t):
-        return TF.cross_entropy(TF.linear(h, W), t)
+    if a.loss == "kd":
+        teacher = (torch.randn(a.tokens, a.vocab) * 2).to(dtype)
+
+        @autogen.autogen_loss
+        class Distill(torch.nn.Module):
+            def __init__(self, T=2.0):
+                super().__init__()
+                self.T = T
+
+            def forward(self, h, W, teacher):
+                z = TF.linear(h, W)
+                return TF.kl_div(TF.log_softmax(z / self.T, -1), TF.log_softmax(teacher / self.T, -1),
+                                 reduction="batchmean", log_target=True) * self.T ** 2
+
+        as_written, fused = Distill(), Distill(use_autogen=True)
+
+        def eager(h, W, t):
+            return as_written(h, W, teacher)
+
+        def ours(h, W, t):
+            return fused(h, W, teacher)
+    else:
+        def eager(h, W, t):
+            return TF.cross_entropy(TF.linear(h, W), t)
+        ours = linear_cross_entropy
 
     variants = {"eager": eager}
     if a.compile:
         variants["compile"] = torch.compile(eager)
-    variants["ours"] = linear_cross_entropy
+    variants["ours"] = ours
     for c in a.chunks:
-        variants[f"ours[c={c}]"] = lambda h, W, t, c=c: linear_cross_entropy(h, W, t, chunk_size=c)
+        variants[f"ours[c={c}]"] = (lambda h, W, t, c=c: linear_cross_entropy(h, W, t, chunk_size=c)) \
+            if a.loss == "ce" else (lambda h, W, t, c=c: _rows_per_chunk(c, ours, h, W, t))
 
     def step(fn):
         h.grad = W.grad = None
@@ -113,12 +142,23 @@ def child(a):
                       "grads": grads, "loss": values, "threads": torch.get_num_threads()}))
 
 
+def _rows_per_chunk(rows, fn, *args):
+    """fn(*args) with @autogen_loss chunks of `rows` rows (a scalar loss's gradients come in its forward)."""
+    from autogen import linear_loss
+    saved, linear_loss.TRACED_CHUNK_ROWS = linear_loss.TRACED_CHUNK_ROWS, rows
+    try:
+        return fn(*args)
+    finally:
+        linear_loss.TRACED_CHUNK_ROWS = saved
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tokens", type=int, nargs="+", default=[2048])
     p.add_argument("--vocab", type=int, default=32768)
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
+    p.add_argument("--loss", default="ce", choices=["ce", "kd"], help="cross-entropy, or the distillation-KL form")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--chunks", type=int, nargs="*", default=[])
     p.add_argument("--no-compile", dest="compile", action="store_false")
@@ -131,7 +171,8 @@ def main():
         return child(a)
     MB = 1 << 20
     rows = []
-    print(f"linear + cross-entropy, forward+backward, {a.dtype}, hidden {a.hidden}, vocab {a.vocab}; "
+    what = "cross-entropy" if a.loss == "ce" else "distillation KL (@autogen_loss)"
+    print(f"linear + {what}, forward+backward, {a.dtype}, hidden {a.hidden}, vocab {a.vocab}; "
           f"median of {a.reps} interleaved repetitions; ratio = variant's time / ours (per repetition, median)")
     head = f"{'tokens':>6s} {'state':8s} {'variant':12s} {'seconds':>8s} {'/ours':>6s} {'cpu s':>7s} {'/ours':>6s} " \
            f"{'peak MB':>8s} {'/eager':>7s} {'faults':>8s} {'loss':>10s}"
@@ -139,14 +180,15 @@ def main():
     for n in a.tokens:
         for state in a.states:
             argv = [sys.executable, __file__, "--child", "--tokens", str(n), "--vocab", str(a.vocab), "--hidden",
-                    str(a.hidden), "--dtype", a.dtype, "--reps", str(a.reps), "--chunks", *map(str, a.chunks)]
+                    str(a.hidden), "--dtype", a.dtype, "--loss", a.loss, "--reps", str(a.reps), "--chunks",
+                    *map(str, a.chunks)]
             if not a.compile:
                 argv.append("--no-compile")
             proc = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, **STATES[state]))
             if proc.returncode:
                 sys.exit(proc.stderr)
             res = json.loads(proc.stdout.strip().splitlines()[-1])
-            res.update(tokens=n, state=state, vocab=a.vocab, hidden=a.hidden, dtype=a.dtype)
+            res.update(tokens=n, state=state, vocab=a.vocab, hidden=a.hidden, dtype=a.dtype, form=a.loss)
             rows.append(res)
             for v in res["median"]:
                 print(f"{n:6d} {state:8s} {v:12s} {res['median'][v]:8.3f} {res['per_ours'][v]:6.2f} "
