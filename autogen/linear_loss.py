@@ -38,6 +38,7 @@ OP = "linear_cross_entropy"
 # 1.01 (1024), 1.04 (2048) in one interleaved run; peak memory 137, 201, 328 MB against eager's 2056.
 CHUNK_BYTES = 64 << 20
 CHUNK_BYTES_MAX = 256 << 20
+PART_ROWS = 4096  # vocabulary rows of a bf16 chunk's partial weight gradient at a time (4 MB at hidden 512)
 _REDUCTIONS = ("none", "mean", "sum")
 TRACED_CHUNK_ROWS = None  # rows per chunk of a loss after a linear layer in @autogen_loss; None: from CHUNK_BYTES
 _warned = set()
@@ -204,7 +205,8 @@ def run_chunks(h, W, b, step, needs, chunk, native=False, extra_bytes=0):
     loss = lse = total = None
     dx = _buffer(N * H, gdt).view(N, H) if need_x else None
     dw = _buffer(V * H, cdt).view(V, H) if need_w else None
-    part = _buffer(V * H, gdt).view(V, H) if need_w and gdt != cdt else None  # a chunk's bf16 partial dW
+    # a chunk's bf16 partial dW, PART_ROWS vocabulary rows at a time (the whole: V x H bf16 more at the peak)
+    part = _buffer(min(V, PART_ROWS) * H, gdt).view(-1, H) if need_w and gdt != cdt else None
     db = torch.zeros(V, dtype=cdt) if need_b else None
     for s in range(0, N, rows):
         e = min(s + rows, N)
@@ -239,7 +241,9 @@ def run_chunks(h, W, b, step, needs, chunk, native=False, extra_bytes=0):
             if part is None:  # the first chunk writes dw (no memset), the others add to it
                 dw.addmm_(gg.t(), hc) if s else torch.mm(gg.t(), hc, out=dw)
             else:  # bfloat16 partial product, summed over chunks in float32
-                _accumulate(dw, torch.mm(gg.t(), hc, out=part), first=not s)
+                for v in range(0, V, part.shape[0]):
+                    w = min(v + part.shape[0], V)
+                    _accumulate(dw[v:w], torch.mm(gg[:, v:w].t(), hc, out=part[:w - v]), first=not s)
     grads = [None if g is None else _cast(g, like.dtype) for g, like in ((dx, h), (dw, W), (db, b))]
     return loss, total, lse, grads
 

@@ -1,0 +1,146 @@
+"""A compiled model step with our loss against the same compiled model with torch's loss.
+
+The model: an elementwise affine layer, pred = x * scale + shift (scale and shift learnable scalars),
+feeding each of the eighteen built-in losses (autogen.functional.LOSSES, inputs from
+autogen.bench.inputs at about 4M loss elements, options from autogen.bench.OPTIONS). Both steps are
+torch.compile(fullgraph=True, dynamic=False) on Inductor, forward+backward (loss.backward()):
+
+    torch    torch.nn.functional's loss: Inductor compiles the loss itself, fused with the layer
+    ours     autogen.functional's loss with use_autogen=True: the compiled graph calls our operator
+             (autogen::call, its fused kernel under the default policy), Inductor compiles the layer
+
+Run: `python benchmarks/bench_compiled_step.py` (all losses, 5 repetitions, both process states;
+Inductor compiles 36 graphs the first time, minutes on 2 cores; its cache makes later runs faster).
+`--losses NAME ...`, `--reps N`, `--states default`, `--elems N`, `--json FILE`.
+Each state runs in a child process: `default` (glibc as it comes) and `no page faults`
+(MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ at 4 GiB, autogen.bench.NO_PAGE_FAULTS: freed
+memory stays in the heap, so fresh tensors cost no page faults and the kernels are compared).
+Time: repetitions interleaved in a seeded random order (autogen.bench.measure), medians; torch/ours is
+the ratio of the medians; the geometric mean is over the losses.
+"""
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+
+
+def measure(fns, reps):
+    """Wall and process CPU seconds of each call, repetitions interleaved in a seeded random order (CPU
+    time: the steadier figure on a machine other jobs share)."""
+    for fn in fns.values():  # compile and warm up
+        fn()
+        fn()
+    wall, cpu = {k: [] for k in fns}, {k: [] for k in fns}
+    rng = random.Random(0)
+    for _ in range(reps):
+        order = list(fns)
+        rng.shuffle(order)
+        for k in order:
+            c0, t0 = time.process_time(), time.perf_counter()
+            fns[k]()
+            wall[k].append(time.perf_counter() - t0)
+            cpu[k].append(time.process_time() - c0)
+    return wall, cpu
+
+
+def child(a):
+    import functools
+
+    import torch
+    import torch.nn.functional as TF
+
+    import autogen
+    from autogen import bench
+    from autogen import functional as AF
+
+    bench._raise_recompile_limit()
+    torch.manual_seed(0)
+    rows = {}
+    for name in a.losses:
+        args = bench.inputs(name, a.elems)
+        x, rest = args[0].detach(), args[1:]
+        scale = torch.ones((), requires_grad=True)
+        shift = torch.zeros((), requires_grad=True)
+        opts = bench.OPTIONS.get(name, {})
+
+        def model(loss, x, scale, shift, *rest):
+            return loss(x * scale + shift, *rest)
+
+        theirs = functools.partial(getattr(TF, name), **opts)
+        ours = functools.partial(getattr(AF, name), **opts, use_autogen=True)
+        fns = {"torch": torch.compile(functools.partial(model, theirs), fullgraph=True, dynamic=False),
+               "ours": torch.compile(functools.partial(model, ours), fullgraph=True, dynamic=False)}
+
+        def step(fn):
+            def run():
+                scale.grad = shift.grad = None
+                fn(x, scale, shift, *rest).backward()
+            return run
+
+        values = {}
+        for k, fn in fns.items():
+            scale.grad = shift.grad = None
+            with autogen.record() as rec:
+                out = fn(x, scale, shift, *rest)
+                out.backward()
+            values[k] = (float(out.detach()), float(scale.grad), float(shift.grad))
+            if k == "ours":
+                paths = sorted({f"{c.path}{'' if c.fused else ' (not fused)'}" for c in rec.calls})
+        times, cpu = measure({k: step(fn) for k, fn in fns.items()}, a.reps)
+        close = all(math.isclose(p, q, rel_tol=1e-3, abs_tol=1e-3 * max(1.0, abs(p)))
+                    for p, q in zip(values["torch"], values["ours"]))
+        med = statistics.median
+        rows[name] = {"torch": med(times["torch"]), "ours": med(times["ours"]), "cpu_torch": med(cpu["torch"]),
+                      "cpu_ours": med(cpu["ours"]), "times": times, "cpu": cpu, "elements": args[0].numel(),
+                      "paths": paths, "same": close, "values": values}
+        print(json.dumps({name: rows[name]}), file=sys.stderr, flush=True)
+    print(json.dumps({"rows": rows, "load": os.getloadavg()[0], "threads": torch.get_num_threads()}))
+
+
+def main():
+    from autogen.bench import NO_PAGE_FAULTS
+    from autogen.functional import LOSSES
+    states = {"default": {}, "no page faults": NO_PAGE_FAULTS}
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--losses", nargs="+", default=list(LOSSES), choices=list(LOSSES))
+    p.add_argument("--elems", type=int, default=1 << 22)
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--states", nargs="+", default=list(states), choices=list(states))
+    p.add_argument("--json", help="write every measurement here")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.child:
+        return child(a)
+    out = {}
+    print(f"compiled model step (affine layer + loss), forward+backward, ~{a.elems} loss elements, "
+          f"median of {a.reps} interleaved repetitions; torch/ours > 1: ours faster")
+    for state in a.states:
+        argv = [sys.executable, __file__, "--child", "--elems", str(a.elems), "--reps", str(a.reps), "--losses",
+                *a.losses]
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, text=True, env=dict(os.environ, **states[state]))
+        if proc.returncode:
+            sys.exit(f"child failed ({state})")
+        res = out[state] = json.loads(proc.stdout.strip().splitlines()[-1])
+        print(f"\n{state}: threads {res['threads']}, load average {res['load']:.1f} at the end")
+        print(f"{'loss':34s} {'elements':>9s} {'torch ms':>9s} {'ours ms':>8s} {'torch/ours':>10s} "
+              f"{'cpu torch/ours':>14s}  ours' kernel")
+        for name, r in res["rows"].items():
+            print(f"{name:34s} {r['elements']:9d} {r['torch'] * 1e3:9.2f} {r['ours'] * 1e3:8.2f} "
+                  f"{r['torch'] / r['ours']:10.2f} {r['cpu_torch'] / r['cpu_ours']:14.2f}  "
+                  f"{', '.join(r['paths'])}{'' if r['same'] else '  VALUES DIFFER'}")
+        geo = lambda v: math.exp(sum(map(math.log, v)) / len(v))  # noqa: E731
+        res["geomean"] = geo([r["torch"] / r["ours"] for r in res["rows"].values()])
+        res["cpu_geomean"] = geo([r["cpu_torch"] / r["cpu_ours"] for r in res["rows"].values()])
+        print(f"{'geometric mean':34s} {'':9s} {'':9s} {'':8s} {res['geomean']:10.2f} {res['cpu_geomean']:14.2f}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
