@@ -16,6 +16,7 @@ from .ir import COL, ELEM, ROW, SCALAR, apply as A, input as inp, param
 from .policies import tracing as _tracing
 
 _Tensor = torch.Tensor
+_LOW16 = (torch.bfloat16, torch.float16)
 
 ONE_SIXTH_F32 = 0.1666666716337204  # torch's hardsigmoid backward multiplies by 1.0f / 6.0f in every dtype
 SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
@@ -200,7 +201,7 @@ def run(name, input, inplace=False, variant=None, **options):
     src = input
     if inplace and torch.is_grad_enabled() and input.requires_grad:
         src = input.clone()  # the kernel's saved input must not be the tensor we overwrite
-    x = src.to(cdt).contiguous()
+    x = (src if src.dtype in _LOW16 else src.to(cdt)).contiguous()  # 16-bit: read as it is by the fused kernel
     params = {k: float(v) for k, v in options.items()}
     params["approximate"] = variant
     prob = Problem(graph(name, variant), x.numel(), 0, 0, cdt, params)
@@ -218,7 +219,8 @@ def prelu(input, weight):
         return _ops.nonlinearity("prelu", [input, weight], {})
     if torch.is_autocast_enabled("cpu"):  # prelu is on autocast's lower-precision list
         low = torch.get_autocast_dtype("cpu")
-        input, weight = (t.to(low) if t.is_floating_point() and t.dtype != torch.float64 else t for t in (input, weight))
+        input, weight = (t.to(low) if t.is_floating_point() and t.dtype != torch.float64 else t
+                         for t in (input, weight))
     if _tracing():
         return torch.nn.functional.prelu(input, weight)
     cdt = _dtype(input, "prelu")
@@ -265,6 +267,6 @@ def glu(input, dim=-1):
     if size % 2:
         raise RuntimeError(f"Halving dimension must be even, but dimension {dim % input.dim()} is size {size}")
     a, b = input.chunk(2, dim)
-    a, b = a.to(cdt).contiguous(), b.to(cdt).contiguous()
+    a, b = ((t if t.dtype in _LOW16 else t.to(cdt)).contiguous() for t in (a, b))
     prob = Problem(graph("glu"), a.numel(), 0, 0, cdt, {})
     return execute(prob, [a, b], True).view(a.shape).to(input.dtype)

@@ -62,9 +62,11 @@ def _early(n, late):
 class KernelSpec:
     """What one kernel computes: outputs (node, level) over the graph's inputs and params."""
 
-    def __init__(self, outputs, dtype, label):
+    def __init__(self, outputs, dtype, label, storage=None):
         self.outputs = [(n, lvl) for n, lvl in outputs]
         self.dtype, self.label = dtype, label
+        # 16-bit storage: input name or output index -> 'bf16' / 'f16' (uint16 arrays; the kernel computes in float32)
+        self.storage = dict(storage or {})
         nodes = [n for n, _ in self.outputs]
         self.order = toposort(nodes)
         leaves = {n.attr: n for n in self.order if n.op == "input"}
@@ -75,7 +77,8 @@ class KernelSpec:
         # only late reductions need per-row partials; early ones are summed in the prelude
         self.reduce_all = [n for n in self.order if _group(n) == "reduce_all" and n.digest in self.late]
         body = "|".join([__version__, numba.__version__, dtype, _CODEGEN_REV]
-                        + [f"{n.digest}@{l}" for n, l in self.outputs])
+                        + [f"{n.digest}@{l}" for n, l in self.outputs]
+                        + [f"{k}:{v}" for k, v in sorted(self.storage.items(), key=str)])
         self.key = hashlib.sha1(body.encode()).hexdigest()[:20]
 
     def graph_text(self):
@@ -86,13 +89,25 @@ def _group(node):
     return PRIMS[node.op].group if node.op in PRIMS else "leaf"
 
 
-def _expr(node, names, dtype):
+def _widen(spec, attr, load):
+    """A load of input `attr` as the compute dtype (16-bit storage widened in registers)."""
+    code = spec.storage.get(attr)
+    return f"__m.widen_{code}({load})" if code else load
+
+
+def _narrow(spec, j, value):
+    """`value` as output j stores it (16-bit storage: rounded once, to nearest even)."""
+    code = spec.storage.get(j)
+    return f"__m.narrow_{code}({value})" if code else value
+
+
+def _expr(node, names, spec):
     """Numba expression of one node, its arguments already bound to local names."""
     if node.op == "input":
         if node.level == ELEM:  # through the row's slice: a non-negative index LLVM can vectorize
-            return f"__e_{node.attr}[__j]"
+            return _widen(spec, node.attr, f"__e_{node.attr}[__j]")
         index = {COL: "[__j]", ROW: "[__r]", SCALAR: "[0]"}[node.level]
-        return f"in_{node.attr}{index}"
+        return _widen(spec, node.attr, f"in_{node.attr}{index}")
     if node.op == "param":
         return f"p_{node.attr}"
     if node.op == "const":
@@ -102,7 +117,7 @@ def _expr(node, names, dtype):
     if prim.group == "gather":
         x, idx = node.args
         base = "__start + " if x.level == ELEM else ""
-        return prim.numba.format(f"in_{x.attr}", names[idx.digest], base=base)
+        return _widen(spec, x.attr, prim.numba.format(f"in_{x.attr}", names[idx.digest], base=base))
     return prim.numba.format(*[names[a.digest] for a in node.args])
 
 
@@ -136,10 +151,10 @@ def render(spec, cache=True, parallel=False):
         if _group(n) == "identity":
             names[n.digest] = names[n.args[0].digest]
         elif inline(n):
-            names[n.digest] = _expr(n, names, spec.dtype)
+            names[n.digest] = _expr(n, names, spec)
 
     def line(n):
-        return f"{names[n.digest]} = {_expr(n, names, spec.dtype)}"
+        return f"{names[n.digest]} = {_expr(n, names, spec)}"
 
     # passes over the row: (phase, sub) -> init lines and sinks; a 'solo' reduction (maxnum) gets a
     # pass of its own, since LLVM vectorizes it only alone; `after[k]` follows every pass of phase k
@@ -184,10 +199,10 @@ def render(spec, cache=True, parallel=False):
                 # a pure scatter: the pass writes zeros (a loop LLVM turns into memset), the row's one
                 # value is stored after all passes (nll's gradient: 0.22 ms -> 0.16 ms, 8192x512)
                 v, i = (names[a.digest] for a in n.args[:2])
-                loop(phase[n.digest])["sinks"].append((const(0.0), f"__o{j}[__j] = __zero"))
-                row_end.append(f"if 0 <= {i} < __end - __start: __o{j}[{i}] = {v}")
+                loop(phase[n.digest])["sinks"].append((const(0.0), f"__o{j}[__j] = {_narrow(spec, j, '__zero')}"))
+                row_end.append(f"if 0 <= {i} < __end - __start: __o{j}[{i}] = {_narrow(spec, j, v)}")
             else:
-                loop(phase[n.digest])["sinks"].append((n, f"__o{j}[__j] = {names[n.digest]}"))
+                loop(phase[n.digest])["sinks"].append((n, f"__o{j}[__j] = {_narrow(spec, j, names[n.digest])}"))
         elif level == ROW:
             row_end.append(f"out_{j}[__r] = {names[n.digest]}")
         else:
@@ -218,7 +233,7 @@ def render(spec, cache=True, parallel=False):
     needs = {key: closure([m for m, _ in loops[key]["sinks"]]) for key in keys}
     loads = {key: {} for key in keys}
     for j, b in out_pass.items():
-        if spec.outputs[j][0].kind != "f":
+        if spec.outputs[j][0].kind != "f" or j in spec.storage:  # a 16-bit row would round the stashed value
             continue
         sinks_b = [m for m, _ in loops[b]["sinks"]]
         best = None

@@ -25,8 +25,11 @@ from .grad import vjp
 from .ir import COL, ELEM, ROW, SCALAR, const, input as leaf_input, param, substitute, toposort
 from .primitives import PRIMS
 
-_NP = {torch.float32: np.float32, torch.float64: np.float64}
+_NP = {torch.float32: np.float32, torch.float64: np.float64, torch.bfloat16: np.uint16, torch.float16: np.uint16}
 _STR = {torch.float32: "float32", torch.float64: "float64"}
+# 16-bit floating data: kernels read and write its bits (uint16 arrays) and compute in float32 (codegen storage)
+_LOW16 = {torch.bfloat16: "bf16", torch.float16: "f16"}
+_FROM16 = {code: dtype for dtype, code in _LOW16.items()}
 _TORCH_KIND = {"i": torch.int64, "b": torch.bool}
 
 
@@ -109,7 +112,7 @@ def pooled(size, dtype):
         buf = np.empty(nbytes, np.uint8)
     arr = buf.view(_NP[dtype])
     weakref.finalize(arr, _release, buf).atexit = False
-    return torch.from_numpy(arr)
+    return torch.from_numpy(arr).view(dtype) if dtype in _LOW16 else torch.from_numpy(arr)
 
 
 def pooled_like(t):
@@ -135,7 +138,8 @@ def _signature(spec, dtype):
         conv = {"i": np.int64, "b": np.bool_}
         sig = spec._sig = (dtype, [x.attr for x in spec.inputs],
                            [(p.attr, conv.get(p.kind, _NP[dtype])) for p in spec.params],
-                           [(level, _TORCH_KIND.get(node.kind, dtype)) for node, level in spec.outputs],
+                           [(level, _FROM16[spec.storage[j]] if j in spec.storage
+                             else _TORCH_KIND.get(node.kind, dtype)) for j, (node, level) in enumerate(spec.outputs)],
                            len(spec.reduce_all))
     return sig
 
@@ -161,12 +165,12 @@ def run_spec(spec, prob, values):
     fn = _load(spec)
     par = _load(spec, parallel=True) if _use_threads(fn, n, r) else None
     _, names, params, outputs, nparts = _signature(spec, prob.dtype)
-    args = [values[a].detach().numpy().reshape(-1) for a in names]
+    args = [_flat_np(values[a]) for a in names]
     for name, conv in params:
         v = values[name]
         args.append(conv(v.item() if isinstance(v, torch.Tensor) else v))
     outs = [pooled(prob.flat_size(level), dt) if level else torch.empty((), dtype=dt) for level, dt in outputs]
-    args += [o.numpy().reshape(-1) for o in outs]
+    args += [_flat_np(o) for o in outs]
     args.append(np.empty((nparts, r), dtype=np.float64) if nparts else _no_parts(r))
     if par is not None:
         _numba_threads(torch.get_num_threads())
@@ -180,6 +184,28 @@ def run_spec(spec, prob, values):
             return outs
     _timed(fn, n, lambda: fn(n, c, 0, r, r, True, *args))
     return outs
+
+
+def _flat_np(t):
+    """The flat numpy view of a contiguous tensor; 16-bit floating data as its uint16 bits."""
+    t = t.detach()
+    return (t.view(torch.uint16) if t.dtype in _LOW16 else t).numpy().reshape(-1)
+
+
+def widened(prob, tensors):
+    """16-bit floating tensors in the compute dtype (autograd-tracked), for the paths that do not read them
+    in the kernel: op by op, torch ops, kernels without 16-bit support."""
+    if not any(t.dtype in _LOW16 for t in tensors):
+        return tensors
+    return tuple(t.to(prob.dtype) if t.dtype in _LOW16 else t for t in tensors)
+
+
+def _storage(graph, tensors):
+    """Per input, its 16-bit storage code or None; then the output's (the promoted floating dtype's)."""
+    codes = tuple(_LOW16.get(t.dtype) for t in tensors)
+    floats = [t.dtype for t in tensors if t.is_floating_point()]
+    out = _LOW16.get(functools.reduce(torch.promote_types, floats)) if floats else None
+    return codes + (out,)
 
 
 _PAR_SECONDS = 3e-4  # use threads only when one thread would take longer than this: a parallel
@@ -351,8 +377,27 @@ def _grad_outputs(grads, inputs, wrt, label):
     return outs
 
 
-def fused_plan(graph, needs, dtype):
-    key = (graph.name, graph.loss.digest, graph.level, needs, dtype)
+def _store16(graph, store, wrt, loss_at=None, grads_at=None, gout=False, same=False):
+    """codegen storage of a plan's kernel: the 16-bit inputs; the loss output at index `loss_at` and the
+    gradients (or derivatives) from index `grads_at`, per element, in 16 bits where their tensors are (a
+    derivative only in the output's dtype: `same`, backward multiplies it by grad_output)."""
+    if store is None:
+        return None
+    codes, out = store[:-1], store[-1]
+    st = {x.attr: c for x, c in zip(graph.inputs, codes) if c}
+    if graph.level == ELEM and out:
+        if loss_at is not None:
+            st[loss_at] = out
+        if gout:
+            st["__gout"] = out
+    for k, i in enumerate(wrt if grads_at is not None else ()):
+        if codes[i] and graph.inputs[i].level == ELEM and (not same or codes[i] == out):
+            st[grads_at + k] = codes[i]
+    return st
+
+
+def fused_plan(graph, needs, dtype, store=None):
+    key = (graph.name, graph.loss.digest, graph.level, needs, dtype, store)
     plan = _plans.get(key)
     if plan is not None:
         return plan
@@ -381,20 +426,23 @@ def fused_plan(graph, needs, dtype):
             outs = [(loss, SCALAR)] + _grad_outputs(grads, graph.inputs, wrt, label)
             if scale is not None:
                 outs.append((scale, SCALAR))
-            plan = FusedPlan(KernelSpec(outs, sdt, f"{label} forward+grad"), wrt, True, scale is not None)
+            plan = FusedPlan(KernelSpec(outs, sdt, f"{label} forward+grad", _store16(graph, store, wrt, None, 1)),
+                             wrt, True, scale is not None)
     if plan is None and wrt:
         ds = _saved_derivatives(graph, wrt)
         if ds is not None:
             outs = [(loss, graph.level)] + [(d, graph.inputs[i].level) for d, i in zip(ds, wrt)]
-            plan = FusedPlan(KernelSpec(outs, sdt, f"{label} forward+derivative"), wrt, False, False,
+            plan = FusedPlan(KernelSpec(outs, sdt, f"{label} forward+derivative",
+                                        _store16(graph, store, wrt, 0, 1, same=True)), wrt, False, False,
                              derivative=True)
     if plan is None:
-        fwd = KernelSpec([(loss, graph.level)], sdt, f"{label} forward")
+        fwd = KernelSpec([(loss, graph.level)], sdt, f"{label} forward", _store16(graph, store, wrt, 0))
         bwd = None
         if wrt:
             gout = leaf_input("__gout", graph.level)
             grads = vjp([loss], [gout], leaves)
-            bwd = KernelSpec(_grad_outputs(grads, graph.inputs, wrt, label), sdt, f"{label} backward")
+            bwd = KernelSpec(_grad_outputs(grads, graph.inputs, wrt, label), sdt, f"{label} backward",
+                             _store16(graph, store, wrt, None, 0, gout=True))
         plan = FusedPlan(fwd, wrt, False, False, bwd)
     with _plans_lock:
         _plans[key] = plan
@@ -406,10 +454,12 @@ class FusedEngine:
 
     def __init__(self, prob, reason):
         self.prob, self.reason = prob, reason
+        self.low_precision = prob.dtype == torch.float32  # reads 16-bit inputs as they are
 
     def forward(self, tensors, needs):
         prob = self.prob
-        plan = fused_plan(prob.graph, needs, prob.dtype)
+        store = _storage(prob.graph, tensors) if prob.dtype == torch.float32 else None
+        plan = fused_plan(prob.graph, needs, prob.dtype, store if store and any(store) else None)
         values = dict(prob.params)
         values.update({x.attr: t for x, t in zip(prob.graph.inputs, tensors)})
         if plan.backward is not None:
@@ -440,7 +490,8 @@ class FusedEngine:
                 grads.append(torch.mul(g, d, out=pooled_like(d)).view(shape))
             return _place(plan.wrt, grads, len(prob.graph.inputs))
         values = dict(data)
-        values["__gout"] = gout.contiguous()
+        code = plan.backward.storage.get("__gout")  # grad_output as the kernel reads it
+        values["__gout"] = gout.to(_FROM16[code] if code else prob.dtype).contiguous()
         shapes = values["__shapes"]
         grads = [g.view(shapes[i]) for i, g in zip(plan.wrt, run_spec(plan.backward, prob, values))]
         return _place(plan.wrt, grads, len(prob.graph.inputs))
@@ -615,7 +666,7 @@ def torch_eval(prob, tensors):
     fused schedule cannot express). detach and gradfix keep their gradient meaning here, which the
     value-only interpreters do not need."""
     graph = prob.graph
-    values = {x.digest: t.reshape(prob.layout(x.level)) for x, t in zip(graph.inputs, tensors)}
+    values = {x.digest: t.reshape(prob.layout(x.level)) for x, t in zip(graph.inputs, widened(prob, tensors))}
     for node in toposort([graph.loss]):
         if node.digest in values:
             continue
@@ -768,9 +819,10 @@ def execute(prob, tensors, use_autogen, handwritten=None, fallback=True):
     differentiable = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
     def run(eng):
+        ts = tensors if getattr(eng, "low_precision", False) else widened(prob, tensors)
         if differentiable:
-            return _LossFunction.apply(eng, *tensors)
-        return eng.forward(tensors, (False,) * len(tensors))[0]  # skip autograd's bookkeeping
+            return _LossFunction.apply(eng, *ts)
+        return eng.forward(ts, (False,) * len(ts))[0]  # skip autograd's bookkeeping
 
     try:
         return run(engine)

@@ -223,6 +223,8 @@ def _compute_dtype(dtype):
 
 def _canon(t, dtype):
     """`t` contiguous in `dtype`, any shape (autograd-tracked; no op at all when already so)."""
+    if dtype == torch.float32 and t.dtype in _LOW:
+        dtype = t.dtype  # 16-bit data as it is: the fused kernels read it (the executor widens it for the others)
     if t.dtype != dtype:
         t = t.to(dtype)
     return t if t.is_contiguous() else t.contiguous()

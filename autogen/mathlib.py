@@ -440,6 +440,56 @@ def maxnum(typingctx, a, b):
         return a(a, a), codegen
 
 
+# -- bfloat16 and float16 storage: kernels read and write their 16 bits (as uint16 arrays) and compute
+# in float32; a value is rounded once, to nearest even, when stored
+_I16, _I32, _F32 = ir.IntType(16), ir.IntType(32), ir.FloatType()
+
+
+@intrinsic
+def widen_bf16(typingctx, u):
+    """The float32 of bfloat16 bits: its 16 bits on top of a zero low half."""
+    if isinstance(u, types.Integer) and u.bitwidth == 16:
+        def codegen(context, builder, sig, args):
+            return builder.bitcast(builder.shl(builder.zext(args[0], _I32), ir.Constant(_I32, 16)), _F32)
+        return types.float32(u), codegen
+
+
+@intrinsic
+def narrow_bf16(typingctx, x):
+    """bfloat16 bits of x, rounded to nearest even (the rounding add carries into the exponent, so a value
+    past the largest finite one becomes inf); a NaN stays a quiet NaN."""
+    if x == types.float32:
+        def codegen(context, builder, sig, args):
+            v = args[0]
+            b = builder.bitcast(v, _I32)
+            hi = builder.lshr(b, ir.Constant(_I32, 16))
+            lsb = builder.and_(hi, ir.Constant(_I32, 1))
+            rounded = builder.lshr(builder.add(builder.add(b, ir.Constant(_I32, 0x7FFF)), lsb), ir.Constant(_I32, 16))
+            quiet = builder.or_(hi, ir.Constant(_I32, 0x40))
+            nan = builder.fcmp_unordered("uno", v, v)
+            return builder.trunc(builder.select(nan, quiet, rounded), _I16)
+        return types.uint16(x), codegen
+
+
+@intrinsic
+def widen_f16(typingctx, u):
+    """The float32 of float16 bits (LLVM's fpext: F16C's vcvtph2ps where the CPU has it)."""
+    if isinstance(u, types.Integer) and u.bitwidth == 16:
+        def codegen(context, builder, sig, args):
+            return builder.fpext(builder.bitcast(args[0], ir.HalfType()), _F32)
+        return types.float32(u), codegen
+
+
+@intrinsic
+def narrow_f16(typingctx, x):
+    """float16 bits of x, rounded to nearest even by LLVM's fptrunc (overflow to inf, subnormals kept); from
+    float32 only (from float64 LLVM calls a runtime function numba does not link)."""
+    if x == types.float32:
+        def codegen(context, builder, sig, args):
+            return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), _I16)
+        return types.uint16(x), codegen
+
+
 # the trigonometric, hyperbolic, error and gamma functions of autogen.specfun, under the same names
 from .specfun import __all__ as _SPECFUN  # noqa: E402
 from .specfun import *  # noqa: E402,F401,F403

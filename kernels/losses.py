@@ -27,6 +27,17 @@ _BLOCK = 1 << 14  # elements per block (one float64 partial each)
 _NP = {torch.float32: np.float32, torch.float64: np.float64}
 
 
+@njit(inline="always")
+def _same(v):
+    return v
+
+
+# how a kernel reads and writes a tensor of each dtype: 16-bit data as uint16 bits, widened to float32 in
+# registers and rounded once when stored (autogen.mathlib); float32 and float64 as they are
+_LOAD = {torch.bfloat16: mathlib.widen_bf16, torch.float16: mathlib.widen_f16}
+_STORE = {torch.bfloat16: mathlib.narrow_bf16, torch.float16: mathlib.narrow_f16}
+
+
 @njit(**_JIT)
 def _ce_denominator(t, w, ignore):
     """'mean' divides by the summed weights of the rows not ignored (float64)."""
@@ -38,10 +49,12 @@ def _ce_denominator(t, w, ignore):
 
 
 @functools.lru_cache(maxsize=None)
-def _ce_rows(F, want_grad, salt=_MATHLIB):
+def _ce_rows(F, want_grad, lx=_same, lw=_same, sg=None, salt=_MATHLIB):
     """Cross-entropy rows in blocks [lo, hi) of rb rows: max, sum of exp, loss, gradient.
 
-    want_grad is a closure constant, not an argument: each variant keeps only its own loops."""
+    want_grad is a closure constant, not an argument: each variant keeps only its own loops. lx, lw: how
+    x and w are read; sg: how a 16-bit gradient is stored (None: the gradient row holds the exps between
+    the passes, which a 16-bit row would round, so that variant computes them again)."""
     @njit(**_JIT)
     def rows(lo, hi, x, t, w, ignore, C, rb, gscale, grad, part):
         salt  # noqa: B018 - in the closure only, to key numba's cache on mathlib
@@ -52,9 +65,9 @@ def _ce_rows(F, want_grad, salt=_MATHLIB):
                 row = x[r * C:(r + 1) * C]
                 m = F(-np.inf)
                 for j in range(C):  # a NaN is skipped here but reaches the sum below
-                    m = mathlib.maxnum(m, row[j])
+                    m = mathlib.maxnum(m, lx(row[j]))
                 s = F(0.0)
-                if want_grad:
+                if want_grad and sg is None:
                     g = grad[r * C:(r + 1) * C]
                     for j in range(C):
                         e = mathlib.exp(row[j] - m)
@@ -62,26 +75,34 @@ def _ce_rows(F, want_grad, salt=_MATHLIB):
                         s += e
                 else:
                     for j in range(C):
-                        s += mathlib.exp(row[j] - m)
+                        s += mathlib.exp(lx(row[j]) - m)
                 k = t[r]
                 f = F(0.0)
                 if k != ignore:  # never read x at ignore_index
-                    wt = w[k]
-                    acc -= np.float64(wt * ((row[k] - m) - mathlib.log(s)))
+                    wt = lw(w[k])
+                    acc -= np.float64(wt * ((lx(row[k]) - m) - mathlib.log(s)))
                     f = wt * gscale
-                if want_grad:  # softmax * f - onehot * f; ignored rows: softmax * 0, as torch
+                if want_grad and sg is None:  # softmax * f - onehot * f; ignored rows: softmax * 0, as torch
                     q = f / s
                     for j in range(C):
                         g[j] *= q
                     if k != ignore:
                         g[k] -= f
+                elif want_grad:
+                    q = f / s
+                    g = grad[r * C:(r + 1) * C]
+                    for j in range(C):
+                        g[j] = sg(mathlib.exp(lx(row[j]) - m) * q)
+                    if k != ignore:
+                        g[k] = sg(mathlib.exp(lx(row[k]) - m) * q - f)
             part[blk] = acc
     return rows
 
 
 @functools.lru_cache(maxsize=None)
-def _mse_kernel(F, want_x, want_t, salt=_MATHLIB):
-    """Blocks [lo, hi): sum of (x - t)^2 in float64; gradients c*(x - t) and its negative."""
+def _mse_kernel(F, want_x, want_t, lx=_same, ly=_same, sx=_same, sy=_same, salt=_MATHLIB):
+    """Blocks [lo, hi): sum of (x - t)^2 in float64; gradients c*(x - t) and its negative (lx, ly: how x
+    and y are read; sx, sy: how their gradients are stored)."""
     @njit(**_JIT)
     def kernel(lo, hi, x, y, c, gx, gy, part):
         salt  # noqa: B018
@@ -91,18 +112,19 @@ def _mse_kernel(F, want_x, want_t, salt=_MATHLIB):
             gxs, gys = gx[s:e] if want_x else gx, gy[s:e] if want_t else gy
             acc = 0.0
             for i in range(e - s):
-                d = xs[i] - ys[i]
+                d = lx(xs[i]) - ly(ys[i])
                 acc += np.float64(d * d)
                 if want_x:
-                    gxs[i] = c * d
+                    gxs[i] = sx(c * d)
                 if want_t:
-                    gys[i] = -(c * d)
+                    gys[i] = sy(-(c * d))
             part[blk] = acc
     return kernel
 
 
 class _Engine:
     path, fused = "handwritten", True
+    low_precision = True  # reads 16-bit tensors as they are (the executor widens them for engines without)
 
     def __init__(self, prob, reason):
         self.prob, self.reason = prob, reason
@@ -122,8 +144,12 @@ def _empty(like, need):
 
 
 def _arr(t, dtype=None):
-    """The flat numpy view of a contiguous tensor of any shape (an empty array for None)."""
-    return t.detach().view(-1).numpy() if t is not None else np.empty(0, dtype=dtype)
+    """The flat numpy view of a contiguous tensor of any shape (an empty array for None; 16-bit data as
+    its uint16 bits)."""
+    if t is None:
+        return np.empty(0, dtype=dtype)
+    t = t.detach().view(-1)
+    return (t.view(torch.uint16) if t.dtype in _LOAD else t).numpy()
 
 
 class CrossEntropy(_Engine):
@@ -143,12 +169,13 @@ class CrossEntropy(_Engine):
         w = tensors[2] if len(tensors) > 2 else torch.ones(prob.C, dtype=prob.dtype)
         R, C, ignore = prob.R, prob.C, prob.params["ignore_index"]
         grad = _empty(x, needs[0])
-        rows = _ce_rows(F, grad is not None)
+        rows = _ce_rows(F, grad is not None, _LOAD.get(x.dtype, _same), _LOAD.get(w.dtype, _same), _STORE.get(x.dtype))
         mean = self._graphs[prob.graph] == "mean"
         xa, ta, wa = _arr(x), _arr(t), _arr(w)
         # 'mean' divides by the weight sum, found first (a pass over R targets) so that the gradient
         # is written scaled; 'sum' multiplies by the graph's param scale (1)
-        denom = _ce_denominator(ta, wa, ignore) if mean else 1.0 / prob.params["scale"]
+        wd = _arr(w.float()) if w.dtype in _LOAD else wa  # the denominator's weights in float32
+        denom = _ce_denominator(ta, wd, ignore) if mean else 1.0 / prob.params["scale"]
         with np.errstate(divide="ignore", invalid="ignore"):
             gscale = F(np.float64(1.0) / np.float64(denom))  # inf for 0: NaN gradients, as torch's
         rb = max(1, _BLOCK // max(C, 1))
@@ -177,7 +204,8 @@ class MSE(_Engine):
         x, y = tensors
         scale = prob.params["scale"]
         gx, gy = _empty(x, needs[0]), _empty(y, needs[1])
-        kernel = _mse_kernel(F, gx is not None, gy is not None)
+        kernel = _mse_kernel(F, gx is not None, gy is not None, _LOAD.get(x.dtype, _same), _LOAD.get(y.dtype, _same),
+                             _STORE.get(x.dtype, _same), _STORE.get(y.dtype, _same))
         blocks = -(-prob.n // _BLOCK)
         part = np.empty(blocks, dtype=np.float64)
         split_run(kernel, blocks, (_arr(x), _arr(y), F(2.0 * scale), _arr(gx, F), _arr(gy, F), part),

@@ -7,7 +7,7 @@ import torch.nn.functional as TF
 import autogen
 from autogen import autogen_loss
 from autogen import functional as AF
-from cases import CASES, compare, tolerances
+from cases import CASES, compare, magnitude, tolerances
 
 LOW = (torch.bfloat16, torch.float16)
 NONLINEAR = {name: ({"threshold": 0.5, "value": -3.0} if name == "threshold" else {}) for name in AF.NONLINEARITIES}
@@ -55,7 +55,7 @@ def test_autocast_nonlinearity_dtype(name, dtype):
                   grad_mask=lambda i, a: torch.tensor(i == 0))  # prelu's weight: below, at the low tolerance
     assert got.out.dtype == got.ref.dtype
     if name == "prelu":  # torch sums the float32 weight's gradient in `dtype`, its float32 result rounded so
-        ours, ref = [a.detach().clone().requires_grad_() for a in args], [a.detach().clone().requires_grad_() for a in args]
+        ours, ref = ([a.detach().clone().requires_grad_() for a in args] for _ in range(2))
         _autocast(AF.prelu, dtype)(*ours).sum().backward()
         _autocast(TF.prelu, dtype)(*ref).sum().backward()
         assert ours[1].grad.dtype == ref[1].grad.dtype == torch.float32
@@ -85,3 +85,173 @@ def test_autocast_inside_autogen_loss(dtype):
         assert g.dtype == w.dtype == dtype
         torch.testing.assert_close(out, want, rtol=1e-5 if autocast else 2e-2, atol=1e-5 if autocast else 2e-2)
         torch.testing.assert_close(g.float(), w.float(), rtol=2e-2, atol=1e-3)
+
+
+# -- 16-bit data inside the kernel -------------------------------------------------------------------
+# Ours computes in float32 from the 16-bit inputs and rounds each result once, so against torch in float64
+# on the same (widened) inputs it is within one unit in the last place of the 16-bit result: 2^-7 of it for
+# bfloat16 (8 significant bits), 2^-10 for float16 (11); and float32's own error beside larger inputs. A
+# gradient of a broadcast input is summed by autograd in 16 bits (as torch's): a few roundings more. Torch's
+# own 16-bit answer often rounds at every step: ours is as close to it as it is to float64, and one rounding.
+ULP = {torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10}
+TINY = {torch.bfloat16: 0.0, torch.float16: 2.0 ** -24}  # float16's smallest subnormal: a result below it is 0
+
+
+def _limit(w, dtype, scale, ulps):
+    return ulps * ULP[dtype] * w.abs().nan_to_num(0.0, 0.0, 0.0) + 1e-5 * scale + TINY[dtype]
+
+
+def _near(got, want, dtype, scale, what, ulps=1, torch16=None, skip=None):
+    """got (16-bit or float32) within `ulps` roundings of want (float64 torch on the widened inputs); and as
+    close to torch16 (torch's own answer in 16 bits) as that is to want, plus the same (`skip`: elements where
+    torch's answer is an accident of its kernel, varying by dtype)."""
+    assert got.shape == want.shape, (what, got.shape, want.shape)
+    g, w = got.detach().double(), want.detach().double()
+    if got.dtype != torch.float64:  # past the result dtype's range torch's result overflows to inf too
+        w = w.to(got.dtype).double().where(w.abs() > torch.finfo(got.dtype).max, w)
+    limit = _limit(w, dtype, scale, ulps)
+    for ref, lim, name in ((w, limit, "float64"),) + (() if torch16 is None else (
+            (torch16.detach().double(), limit + (torch16.detach().double() - w).abs().nan_to_num(0.0, 0.0, 0.0),
+             "torch's"),)):
+        ok = torch.where(ref.isnan() | g.isnan(), ref.isnan() & g.isnan(),
+                         torch.where(ref.isinf() | g.isinf(), g == ref, (g - ref).abs() <= lim))
+        ok = ok if skip is None else ok | skip
+        assert bool(ok.all()), f"{what}: ours {g[~ok][:4].tolist()}, {name} {ref[~ok][:4].tolist()}"
+
+
+def _loss_cases():
+    for k, case in enumerate(CASES):
+        for d, dtype in enumerate(LOW):  # each case in both dtypes, its reductions alternating between them
+            yield case, dtype, case.reductions[(k + d) % len(case.reductions)]
+
+
+def _copies(args, dtype=None):
+    return [(a.detach().to(dtype) if dtype and a.is_floating_point() else a.detach().clone())
+            .requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def _check_low(fn, ref_fn, args, kwargs, dtype, policy="aggressive", paths=("autogen",), skip=None):
+    """fn(*args, **kwargs) on 16-bit tensors within one rounding of torch in float64 on the same values
+    (ref_fn on widened copies), and of torch's own 16-bit answer (_near), its result and gradients (each in
+    its input's dtype, as torch's). Where torch raises, ours raises the same. `skip`: (what, input) -> the
+    elements not compared, or None. The recorded calls."""
+    skip = skip or (lambda what, x: None)
+    diff = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad]
+    ref_in, ours = _copies(args), _copies(args)
+    try:
+        ref = ref_fn(*ref_in, **kwargs)
+    except (RuntimeError, NotImplementedError) as exc:
+        with pytest.raises(type(exc)), autogen.policy(policy):
+            fn(*ours, **kwargs)
+        return None
+    gout = (torch.rand(ref.shape) + 0.5).to(ref.dtype)
+    with autogen.policy(policy), autogen.record() as rec:
+        out = fn(*ours, **kwargs)
+        grads = torch.autograd.grad(out, [ours[i] for i in diff], gout) if diff else ()
+    assert out.dtype == ref.dtype, (out.dtype, ref.dtype)
+    refs = torch.autograd.grad(ref, [ref_in[i] for i in diff], gout, allow_unused=True) if diff else ()
+    wide = _copies(args, torch.float64)
+    want = ref_fn(*wide, **{k: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                            for k, v in kwargs.items()})
+    _near(out, want, dtype, magnitude(want.shape, args), "value", torch16=ref, skip=skip("value", args[0]))
+    wgrads = torch.autograd.grad(want, [wide[i] for i in diff], gout.double(), allow_unused=True) if diff else ()
+    n = max(a.numel() for a in args if isinstance(a, torch.Tensor))
+    for i, g, r, w in zip(diff, grads, refs, wgrads):
+        if w is not None:
+            assert g.dtype == args[i].dtype == r.dtype, (i, g.dtype, r.dtype)
+            _near(g, w, dtype, 1.5 * magnitude(w.shape, args), f"gradient of argument {i}",
+                  ulps=1 if args[i].numel() == n else 8, torch16=r, skip=skip("grad", args[i]))
+    assert rec.calls and {c.path for c in rec.calls} <= set(paths), rec.calls
+    assert {c.phase for c in rec.calls} == ({"forward", "backward"} if diff else {"forward"}), rec.calls
+    return rec.calls
+
+
+@pytest.mark.parametrize("case,dtype,reduction", list(_loss_cases()),
+                         ids=[f"{c.id}-{str(d)[6:]}-{r}" for c, d, r in _loss_cases()])
+def test_loss_in_16_bits(case, dtype, reduction):
+    args, kwargs = case.build(torch.float32)
+    args = _low(args, dtype)
+    kwargs = {k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in kwargs.items()}
+    calls = _check_low(lambda *a, **kw: getattr(AF, case.name)(*a, reduction=reduction, use_autogen=True, **kw),
+                       lambda *a, **kw: getattr(TF, case.name)(*a, reduction=reduction, **kw), args, kwargs, dtype)
+    assert calls is None or all(c.fused for c in calls)
+
+
+# the kinks of the nonlinearities, NaN and Inf, float16 subnormals (1e-6, 3e-8) and values past its range (7e4, 1e30)
+SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.5, 3.0, -3.0, 6.0, 20.0, -10.0, 100.0, 1e4, 7e4, 1e30, 1e-6, 3e-8, 0.3, -2.5,
+           float("inf"), -float("inf"), float("nan"), 2.0, 5.0, -0.5]
+OPTIONS = {"leaky_relu": {"negative_slope": 0.2}, "elu": {"alpha": 0.5}, "celu": {"alpha": 2.0},
+           "gelu": {"approximate": "tanh"}, "softplus": {"beta": 2.0, "threshold": 5.0},
+           "hardtanh": {"min_val": -0.5, "max_val": 2.0}, "hardshrink": {"lambd": 1.0}, "softshrink": {"lambd": 1.0},
+           "glu": {"dim": 0}}
+
+
+def _nonlinear_cases():
+    for name, required in NONLINEAR.items():
+        for opts in [{}] + ([OPTIONS[name]] if name in OPTIONS else []):
+            yield name, {**required, **opts}
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("name,opts", list(_nonlinear_cases()),
+                         ids=[f"{n}-{'-'.join(map(str, o.values())) or 'default'}" for n, o in _nonlinear_cases()])
+def test_nonlinearity_in_16_bits(name, opts, dtype):
+    """Random values and the specials in one tensor, on the generated kernel."""
+    vals = torch.tensor(SPECIAL)
+    x = torch.cat([torch.randn(24) * 3, vals, -vals]).reshape(8, 9).to(dtype).requires_grad_()
+    args = [x] + ([(torch.rand(9) - 0.3).to(dtype).requires_grad_()] if name == "prelu" else [])
+    _check_low(getattr(AF, name), getattr(TF, name), args, opts, dtype, skip=lambda what, a: _accidents(name, what, a))
+
+
+# torch's answer here varies with the dtype's kernel (its vectorized paths; tanh-gelu's x^3 overflows in
+# float32 past 1e12, float64 not): not compared
+ACCIDENTS = {("elu", "grad"): "nan", ("selu", "grad"): "nan", ("celu", "grad"): "nan", ("hardswish", "grad"): "nan",
+             ("gelu", "value"): "inf", ("gelu", "grad"): "big"}
+
+
+def _accidents(name, what, x):
+    kind = ACCIDENTS.get((name, what))
+    if kind is None or name == "glu":
+        return None
+    x = x.detach()
+    return {"nan": x.isnan(), "inf": x.isinf(), "big": ~(x.abs() < 1e12)}[kind]
+
+
+SPECIAL_LOSSES = [("mse_loss", "none"), ("mse_loss", "sum"), ("l1_loss", "none"), ("huber_loss", "none"),
+                  ("binary_cross_entropy_with_logits", "none"), ("cross_entropy", "none")]
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("name,reduction", SPECIAL_LOSSES, ids=[f"{n}-{r}" for n, r in SPECIAL_LOSSES])
+def test_loss_specials_in_16_bits(name, reduction, dtype):
+    """NaN, Inf, float16 subnormals, and squares past float16's range (300 - (-300))^2: inf as torch's."""
+    vals = torch.tensor(SPECIAL + [300.0, -300.0, 250.0, 1e-7])
+    x = torch.cat([vals, torch.randn(36) * 3]).reshape(8, 8)
+    t = torch.cat([torch.randn(36), -vals.flip(0)]).reshape(8, 8)
+    if name == "cross_entropy":
+        t = torch.randint(0, 8, (8,))
+    elif name == "binary_cross_entropy_with_logits":
+        t = torch.rand(8, 8)
+    args = _low([x.requires_grad_(), t.requires_grad_(t.is_floating_point())], dtype)
+    _check_low(lambda *a: getattr(AF, name)(*a, reduction=reduction, use_autogen=True),
+               lambda *a: getattr(TF, name)(*a, reduction=reduction), args, {}, dtype)
+
+
+HANDWRITTEN = [("mse_loss", {}, (0, 1)), ("cross_entropy", {}, (0,)), ("cross_entropy", {"weight": 7}, (0,))]
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("name,opts,low", HANDWRITTEN + [("mse_loss", {}, (0,))],
+                         ids=["mse", "ce", "ce-weight", "mse-float32-target"])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_handwritten_in_16_bits(name, opts, low, reduction, dtype):
+    """The handwritten kernels (the default policy's) on 16-bit data, and a float32 target beside a 16-bit input
+    (torch's promotion: a float32 loss, the input's gradient in 16 bits)."""
+    x = torch.randn(9, 7) * 2
+    t = torch.randn(9, 7) if name == "mse_loss" else torch.randint(0, 7, (9,))
+    kwargs = {"weight": (torch.rand(7) + 0.5).to(dtype)} if opts else {}
+    args = [a.to(dtype) if i in low and a.is_floating_point() else a for i, a in enumerate((x, t))]
+    args = [a.requires_grad_(a.is_floating_point()) for a in args]
+    _check_low(lambda *a, **kw: getattr(AF, name)(*a, reduction=reduction, use_autogen=True, **kw),
+               lambda *a, **kw: getattr(TF, name)(*a, reduction=reduction, **kw), args, kwargs, dtype,
+               policy="medium", paths=("handwritten",))
