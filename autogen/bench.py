@@ -617,6 +617,7 @@ def main(argv=None):
                 w.writerows(data)
     png = None if args.no_plot else plot(records, os.path.join(out, "speedup.png"))
     summary["plot"] = png
+    summary["loadavg_end"] = os.getloadavg()[0]  # the report shows how busy the machine was
     with open(os.path.join(out, "bench.json"), "w") as f:
         json.dump({"summary": summary, "records": records, "custom": custom_rows}, f, indent=1)
     with open(os.path.join(out, "losses.json"), "w") as f:
