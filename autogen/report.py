@@ -178,7 +178,7 @@ def fmt(v, spec=".2f", none="-"):
 def size(n):
     if n >= 1 << 60:
         return "always"
-    return "0" if n == 0 else _label(n)
+    return "none" if n == 0 else _label(n)
 
 
 _ENV.filters.update(fmt=fmt, size=size)
@@ -273,12 +273,9 @@ def context(runs, doc):
             "bandwidth": (s.get("triad_bandwidth_bytes_per_s") or 0) / 1e9, "main": _label(s["main_size"])}
 
 
-def render_doc(runs, doc):
-    return _ENV.get_template("performance.md.j2").render(**context(runs, doc))
-
-
-def render_readme_block(runs, doc):
-    return _ENV.get_template("results_block.md.j2").render(**context(runs, None), doc=doc).strip()
+def render_readme_block(runs, doc, plot=None):
+    """The README's results table; `doc` and `plot` are paths relative to the README."""
+    return _ENV.get_template("results_block.md.j2").render(**dict(context(runs, None), plot=plot), doc=doc).strip()
 
 
 def replace_block(text, block):
@@ -295,7 +292,8 @@ def write(doc, out, readme=None):
         raise ValueError(f"no benchmark results in {out}: run `autogen bench` first (or pass --out DIR)")
     runs = find_runs(out)
     os.makedirs(os.path.dirname(os.path.abspath(doc)), exist_ok=True)
-    text = render_doc(runs, doc)
+    ctx = context(runs, doc)
+    text = _ENV.get_template("performance.md.j2").render(**ctx)
     with open(doc, "w") as f:
         f.write(text)
     written = [doc]
@@ -304,7 +302,8 @@ def write(doc, out, readme=None):
         with open(readme) as f:
             old = f.read()
         with open(readme, "w") as f:
-            f.write(replace_block(old, render_readme_block(runs, rel)))
+            plot = ctx["plot"] and os.path.join(os.path.dirname(rel), ctx["plot"])
+            f.write(replace_block(old, render_readme_block(runs, rel, plot)))
         written.append(readme)
     print("wrote " + ", ".join(written))
     return written

@@ -118,6 +118,7 @@ def test_report_renders_a_run_and_rewrites_only_the_readme_block(tmp_path):
     new = readme.read_text()
     assert new.startswith("# title\n\nbefore\n\n" + report.BEGIN) and new.endswith(report.END + "\n\nafter\n")
     assert "old table" not in new and "performance.md" in new and f"| {geo:.2f}x |" in new
+    assert ("(docs/speedup.png)" in new) == bool(importlib.util.find_spec("matplotlib"))
 
 
 def test_report_without_results_is_a_one_line_error(tmp_path, capsys):
