@@ -112,7 +112,7 @@ def test_report_renders_a_run_and_rewrites_only_the_readme_block(tmp_path):
     from autogen import functional as AF
     assert f"| `nll_loss` | {report.size(AF.SMALL_ELEMENTS['nll_loss'])} |" in text
     assert "| `gelu` | 16 / 16 / 32 | 1.50 | 1.25 |" in text  # nonlinearities in both allocator states
-    assert "| 2048 | 32768 | float32 | heap | 2.50 | 1.10, 1.20 | 0.90, 0.80 | 800 / 300 / 100 | 0.12 |" in text
+    assert "| ce | 2048 | 32768 | float32 | heap | 2.50 | 1.10, 1.20 | 0.90, 0.80 | 800 / 300 / 100 | 0.12 |" in text
     if importlib.util.find_spec("matplotlib"):
         assert "![speedup over torch eager](speedup.png)" in text and (doc.parent / "speedup.png").stat().st_size
     new = readme.read_text()
