@@ -159,19 +159,52 @@ def _load(spec, parallel=False):
         raise CompileError(f"{type(exc).__name__}: {exc}") from exc
 
 
+class _Launch:
+    """What launching a spec's kernel in one dtype needs, built at its first call: the serial kernel
+    loaded, the argument order, the params' converters, each output's allocation (small ones as numpy
+    arrays handed to torch: no torch.empty and .numpy() per output). run_spec then does per call only
+    what depends on the data. numba's dispatcher resolves the argument types itself (its C type cache:
+    ~0.3 us over calling the compiled overload's entry point, which would take mistyped arrays silently)."""
+    __slots__ = ("dtype", "fn", "names", "params", "outputs", "nparts")
+
+    def __init__(self, spec, dtype):
+        self.fn = _load(spec)
+        self.dtype, self.names, self.params, outputs, self.nparts = _signature(spec, dtype)
+        self.outputs = [(level, dt, _NP_OUT.get(dt)) for level, dt in outputs]
+
+
+_NP_OUT = {torch.float32: np.float32, torch.float64: np.float64, torch.int64: np.int64, torch.bool: np.bool_}
+
+
 def run_spec(spec, prob, values):
     """Launch `spec`'s kernel; `values` maps input/param names to tensors or numbers."""
+    launch = spec.__dict__.get("_launch")
+    if launch is None or launch.dtype is not prob.dtype:
+        launch = spec._launch = _Launch(spec, prob.dtype)
     n, c, r = prob.launch_dims()
-    fn = _load(spec)
-    par = _load(spec, parallel=True) if _use_threads(fn, n, r) else None
-    _, names, params, outputs, nparts = _signature(spec, prob.dtype)
-    args = [_flat_np(values[a]) for a in names]
-    for name, conv in params:
+    fn = launch.fn
+    par = _load(spec, parallel=True) if fn in _rates and _use_threads(fn, n, r) else None
+    args = [_flat_np(values[a]) for a in launch.names]
+    for name, conv in launch.params:
         v = values[name]
         args.append(conv(v.item() if isinstance(v, torch.Tensor) else v))
-    outs = [pooled(prob.flat_size(level), dt) if level else torch.empty((), dtype=dt) for level, dt in outputs]
-    args += [_flat_np(o) for o in outs]
-    args.append(np.empty((nparts, r), dtype=np.float64) if nparts else _no_parts(r))
+    outs = []
+    for level, dt, npdt in launch.outputs:
+        if not level and npdt is not None:  # a 0-dim result: the kernel writes its one element
+            a = np.empty((), npdt)
+            outs.append(torch.from_numpy(a))
+            args.append(a.reshape(1))
+            continue
+        size = prob.flat_size(level) if level else 1
+        if npdt is None or size * dt.itemsize >= _POOL_MIN:
+            o = pooled(size, dt) if level else torch.empty((), dtype=dt)
+            outs.append(o)
+            args.append(_flat_np(o))
+        else:
+            a = np.empty(size, npdt)
+            outs.append(torch.from_numpy(a))
+            args.append(a)
+    args.append(np.empty((launch.nparts, r), dtype=np.float64) if launch.nparts else _no_parts(r))
     if par is not None:
         _numba_threads(torch.get_num_threads())
         lock = _parallel_lock()
@@ -182,14 +215,22 @@ def run_spec(spec, prob, values):
                 if lock is not None:
                     lock.release()
             return outs
-    _timed(fn, n, lambda: fn(n, c, 0, r, r, True, *args))
+    if n < _RATE_MIN and fn in _ran:  # too small to learn the kernel's speed from: no timing
+        fn(n, c, 0, r, r, True, *args)
+    else:
+        _timed(fn, n, lambda: fn(n, c, 0, r, r, True, *args))
     return outs
 
 
 def _flat_np(t):
-    """The flat numpy view of a contiguous tensor; 16-bit floating data as its uint16 bits."""
-    t = t.detach()
-    return (t.view(torch.uint16) if t.dtype in _LOW16 else t).numpy().reshape(-1)
+    """The flat numpy view of a contiguous tensor; 16-bit floating data as its uint16 bits (per call
+    and tensor: detach and reshape only where needed, ~1 us of a 1K call's ~3)."""
+    if t.requires_grad:
+        t = t.detach()
+    if t.dtype in _LOW16:
+        t = t.view(torch.uint16)
+    a = t.numpy()
+    return a if a.ndim == 1 else a.reshape(-1)
 
 
 def widened(prob, tensors):
@@ -201,7 +242,13 @@ def widened(prob, tensors):
 
 
 def _storage(graph, tensors):
-    """Per input, its 16-bit storage code or None; then the output's (the promoted floating dtype's)."""
+    """Per input, its 16-bit storage code or None; then the output's (the promoted floating dtype's). None
+    when no input is 16-bit (the common case, checked per call: the promotion below costs ~2 us)."""
+    for t in tensors:
+        if t.dtype in _LOW16:
+            break
+    else:
+        return None
     codes = tuple(_LOW16.get(t.dtype) for t in tensors)
     floats = [t.dtype for t in tensors if t.is_floating_point()]
     out = _LOW16.get(functools.reduce(torch.promote_types, floats)) if floats else None
@@ -214,6 +261,7 @@ _PAR_SECONDS = 3e-4  # use threads only when one thread would take longer than t
 # row chunks (split_run): both on numba's threads, compiled only for such inputs.
 _ran = set()         # kernels called at least once (compiled for the types they take here)
 _rates = {}          # kernel -> fastest seen seconds per element on one thread (measured as we go)
+_RATE_MIN = 4096     # elements: a smaller call says more about overhead than about the kernel
 
 
 _tls = threading.local()
@@ -274,7 +322,7 @@ def _timed(kernel, work, call):
     call()
     if not compiled:
         _ran.add(kernel)
-    elif work >= 4096:
+    elif work >= _RATE_MIN:
         seconds = (time.perf_counter() - t0) / work
         rate = _rates.get(kernel)
         _rates[kernel] = seconds if rate is None else min(rate, seconds)
@@ -786,10 +834,16 @@ def _capture(prob):
         fn(prob)
 
 
+_registries = {}
+
+
 def handwritten_for(registry, name, prob):
     """The handwritten engine factory for `name` in `autogen.kernels.<registry>`, if it supports prob."""
-    from . import kernels  # the kernels package imports this module
-    factory = getattr(kernels, registry).get(name)
+    table = _registries.get(registry)
+    if table is None:
+        from . import kernels  # the kernels package imports this module (an import statement per call: ~0.5 us)
+        table = _registries[registry] = getattr(kernels, registry)
+    factory = table.get(name)
     return factory if factory is not None and factory.supports(prob) else None
 
 
@@ -803,7 +857,8 @@ def _transformed(tensors):
 def execute(prob, tensors, use_autogen, handwritten=None, fallback=True):
     """Pick the path for this loss call under the policy, run it, record it. `fallback=False`: an
     engine error is raised (the caller has its own fallback)."""
-    _capture(prob)
+    if observers:
+        _capture(prob)
     if _transformed(tensors):
         return run_torch(prob, tensors, "torch.func transform or forward-mode AD: torch ops")
     if use_autogen:
@@ -816,7 +871,12 @@ def execute(prob, tensors, use_autogen, handwritten=None, fallback=True):
             engine = PrimEngine(prob)
     else:
         engine = PrimEngine(prob)
-    differentiable = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    differentiable = False
+    if torch.is_grad_enabled():
+        for t in tensors:  # a loop: any() over a generator costs ~0.4 us more
+            if t.requires_grad:
+                differentiable = True
+                break
 
     def run(eng):
         ts = tensors if getattr(eng, "low_precision", False) else widened(prob, tensors)

@@ -455,12 +455,15 @@ def _first_bad_target(t, C, ignore_index):
 
 def _check_targets(target, C, ignore_index):
     """Class-index targets as a contiguous int64 tensor, after torch's IndexError for one out of range."""
-    t = target.detach().long().contiguous()
     if _state.tracing and inline.active():
+        t = target.detach().long().contiguous()
         inline.defer("targets", t, C, ignore_index)
         return t
+    t = target if target.dtype is torch.int64 else target.long()  # integers: never requires_grad
+    t = t if t.is_contiguous() else t.contiguous()
     if t.numel():
-        i = _first_bad_target(t.view(-1).numpy(), C, ignore_index)
+        a = t.numpy()
+        i = _first_bad_target(a if a.ndim == 1 else a.reshape(-1), C, ignore_index)
         if i >= 0:
             raise IndexError(f"Target {int(t.view(-1)[i])} is out of bounds.")
     return t  # integer: never differentiated, so the detached tensor serves

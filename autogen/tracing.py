@@ -23,6 +23,7 @@ import traceback
 import warnings
 from dataclasses import dataclass
 
+import numba
 import torch
 
 from . import decompositions as D
@@ -984,45 +985,68 @@ def _run(traced, tensors):
         _run_checks(traced, tensors)
     n, C, R = traced.dims
     cdt = traced.cdt
-    base = traced.base
     args = []
     for node, i, how in traced.inputs:
         t = tensors[i]
-        if node.kind == "f":
+        if node.kind == "f" and t.dtype is not cdt:
             t = t.to(cdt)
         if how == "expand":
-            t = t.expand(broadcast_shapes(t.shape, base))
-        args.append(t.contiguous())
+            t = t.expand(broadcast_shapes(t.shape, traced.base))
+        args.append(t if t.is_contiguous() else t.contiguous())
     for node, expr in traced.index_inputs:
-        idx = _eval_index(expr, tensors, traced)
-        if idx.numel() and bool(((idx < 0) | (idx >= C)).any()):
-            bad = int(idx[(idx < 0) | (idx >= C)][0])
-            raise RuntimeError(f"index {bad} is out of bounds for dimension 1 with size {C}")
-        args.append(idx.contiguous())
+        if expr.op == "input":  # the index is an input itself (a class target): no torch op on it
+            idx = tensors[traced.sources[expr.attr]].detach().reshape(-1)
+            idx = idx if idx.dtype is torch.int64 else idx.long()
+        else:
+            idx = _eval_index(expr, tensors, traced)
+        idx = idx if idx.is_contiguous() else idx.contiguous()
+        bad = _first_outside(idx.numpy(), C) if idx.numel() else -1
+        if bad >= 0:
+            raise RuntimeError(f"index {int(idx[bad])} is out of bounds for dimension 1 with size {C}")
+        args.append(idx)
     prob = Problem(traced.graph, n, C, R, cdt, dict(traced.params))
     out = execute(prob, args, True, fallback=False)  # a failure runs the module eagerly (autogen_loss)
-    return out.reshape(traced.out_shape).to(traced.out_dtype)
+    if out.shape != traced.out_shape:
+        out = out.reshape(traced.out_shape)
+    return out if out.dtype is traced.out_dtype else out.to(traced.out_dtype)
+
+
+@numba.njit(nogil=True, cache=True)
+def _first_outside(idx, C):
+    """Position of the first index outside [0, C), or -1 (one pass: four torch ops cost ~5 us at 1K)."""
+    for i in range(idx.size):
+        if idx[i] < 0 or idx[i] >= C:
+            return i
+    return -1
 
 
 def _signature(module, tensors):
-    attrs = tuple(sorted((k, v) for k, v in vars(module).items()
-                         if isinstance(v, (int, float, bool)) and not k.startswith("_")))
+    """The trace key of a call: the tensors' shapes, dtypes and requires_grad, the module's state a trace
+    bakes in (_tensor_state), grad mode and autocast."""
     autocast = torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu")  # the trace records its casts
-    return (tuple((tuple(t.shape), t.dtype, t.requires_grad) for t in tensors), attrs, torch.is_grad_enabled(),
+    return (tuple([(t.shape, t.dtype, t.requires_grad) for t in tensors]), torch.is_grad_enabled(),
             _tensor_state(module), autocast)
 
 
 def _tensor_state(module, sub=False):
     """The tensors a module and its submodules hold, by identity (with requires_grad, shape and dtype):
     a trace reads them as kernel inputs, so a new tensor in an attribute traces again. Also the string
-    attributes (a reduction) and, of submodules (a torch.nn loss held by the module), the numbers: a trace
-    bakes them in."""
+    attributes (a reduction) and the numbers (public ones of the module, all of a submodule, such as a
+    torch.nn loss held by the module): a trace bakes them in. One pass over each dict: this runs per call."""
     out = []
-    for d in (module._parameters, module._buffers, vars(module)):
+    for d in (module._parameters, module._buffers):
         for k, v in d.items():
-            if isinstance(v, torch.Tensor):
+            if v is not None:
                 out.append((k, id(v), v.requires_grad, v.shape, v.dtype))
-            elif isinstance(v, str) or sub and isinstance(v, (int, float, bool)):
+    for k, v in vars(module).items():
+        kind = type(v)
+        if kind is float or kind is int or kind is bool or kind is str:
+            if sub or kind is str or k[0] != "_":
+                out.append((k, v))
+        elif isinstance(v, torch.Tensor):
+            out.append((k, id(v), v.requires_grad, v.shape, v.dtype))
+        elif isinstance(v, (int, float, str)):  # subclasses (an IntEnum, a numpy float64)
+            if sub or isinstance(v, str) or k[0] != "_":
                 out.append((k, v))
     for m in module._modules.values():
         if m is not None:

@@ -1,39 +1,116 @@
-"""Where our kernels start to beat torch eager: time ratio by input size.
+"""Where our kernels start to beat torch eager: time ratio by input size, losses and @autogen_loss losses.
 
-Run: `python benchmarks/bench_crossover.py [--fwd] [loss ...]`. The size thresholds below which
-autogen.functional hands a loss to torch's own kernel come from this table: forward+backward for
-functional.SMALL_ELEMENTS, forward only (--fwd, under torch.no_grad) for functional.SMALL_ELEMENTS_NO_GRAD.
+Run: `python benchmarks/bench_crossover.py [--fwd] [--custom | --no-custom] [--states default,nopf]
+[--sizes 1K,16K,...] [loss or corpus class ...]`. The size thresholds below which autogen.functional hands
+a loss to torch's own kernel come from this table: forward+backward for functional.SMALL_ELEMENTS, forward
+only (--fwd, under torch.no_grad) for functional.SMALL_ELEMENTS_NO_GRAD. Each allocator state runs in a
+child process: `default` (glibc as it comes: a large tensor freed is handed back to the OS and the next one
+page-faults) and `nopf` (MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ at 4 GiB: freed memory is reused,
+so kernel meets kernel). Eager and ours run interleaved in one process (median of each); `first win` is
+the smallest size from which ours is at least as fast at every larger size.
 """
 import os
+import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from autogen.bench import VARIANTS, fwd_bwd, fwd_only, inputs, measure  # noqa: E402
+SIZES = [1 << 10, 1 << 13, 1 << 14, 1 << 15, 1 << 16, 1 << 17, 1 << 19, 1 << 22]
+STATES = {"default": {}, "nopf": {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "4294967296"}}
 
-from autogen import functional as AF  # noqa: E402
 
-SIZES = [1 << 10, 1 << 13, 1 << 15, 1 << 17, 1 << 19, 1 << 20, 1 << 22]
+def _sizes(text):
+    out = []
+    for part in text.split(","):
+        part = part.strip().upper()
+        mult = {"K": 1 << 10, "M": 1 << 20}.get(part[-1:], 1)
+        out.append(int(part[:-1] if mult > 1 else part) * mult)
+    return out
+
+
+def _custom_cells(name, n, fwd):
+    """(eager, ours) callables of corpus loss `name` at about n elements (rows of 512, 32 below 4K)."""
+    import torch
+    from autogen.bench import fwd_bwd, fwd_only
+    from autogen.corpus import CORPUS, make
+    entry = next(e for e in CORPUS if e.cls.__name__ == name)
+    cols = 512 if n >= 4096 else 32
+    torch.manual_seed(0)
+    args = [a.requires_grad_(i in entry.diff) for i, a in enumerate(make(entry.kind, torch.float32, max(n // cols, 1),
+                                                                         cols))]
+    mode = fwd_only if fwd else fwd_bwd
+    return mode(entry.cls(), args), mode(entry.cls(use_autogen=True), args)
+
+
+def child(argv):
+    """One allocator state: a line per loss, eager time / ours at each size."""
+    from autogen.bench import VARIANTS, fwd_bwd, fwd_only, inputs, measure
+    from autogen import functional as AF
+    from autogen.corpus import CORPUS
+    fwd = "--fwd" in argv
+    sizes = _sizes(argv[argv.index("--sizes") + 1]) if "--sizes" in argv else SIZES
+    names = [a for a in argv if not a.startswith("--") and a not in (argv[argv.index("--sizes") + 1]
+                                                                     if "--sizes" in argv else ())]
+    custom = {e.cls.__name__ for e in CORPUS}
+    if not names:
+        names = list(AF.LOSSES) * ("--custom" not in argv) + sorted(custom) * ("--no-custom" not in argv)
+    mode = fwd_only if fwd else fwd_bwd
+    AF.SMALL_ELEMENTS = AF.SMALL_ELEMENTS_NO_GRAD = dict.fromkeys(AF.SMALL_ELEMENTS, 0)  # ours at every size
+    for name in names:
+        ratios = []
+        for n in sizes:
+            if name in custom:
+                eager, ours = _custom_cells(name, n, fwd)
+            else:
+                args = inputs(name, n)
+                eager, ours = mode(VARIANTS["eager"](name), args), mode(VARIANTS["default"](name), args)
+            reps = max(15, min(300, (1 << 23) // n))
+            st = measure({"eager": eager, "ours": ours}, reps)  # interleaved
+            ratios.append(st["eager"]["median"] / st["ours"]["median"])
+        print(name, " ".join(f"{r:.3f}" for r in ratios), flush=True)
+
+
+def first_win(ratios, sizes):
+    """The smallest size from which every ratio is >= 1 (None: ours loses at the largest)."""
+    win = None
+    for n, r in reversed(list(zip(sizes, ratios))):
+        if r < 1:
+            break
+        win = n
+    return win
 
 
 def main():
     argv = sys.argv[1:]
+    if "--child" in argv:
+        return child(argv)
+    states = argv[argv.index("--states") + 1].split(",") if "--states" in argv else list(STATES)
+    sizes = _sizes(argv[argv.index("--sizes") + 1]) if "--sizes" in argv else SIZES
+    rest = [a for i, a in enumerate(argv) if a != "--states" and (i == 0 or argv[i - 1] != "--states")]
+    results = {}
+    for state in states:
+        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child"] + rest, stdout=subprocess.PIPE,
+                                text=True, env=dict(os.environ, **STATES[state]))
+        print(f"[{state}] running", file=sys.stderr, flush=True)
+        for line in proc.stdout:
+            name, *vals = line.split()
+            results.setdefault(name, {})[state] = [float(v) for v in vals]
+            print(f"[{state}] {line.rstrip()}", file=sys.stderr, flush=True)
+        if proc.wait():
+            sys.exit(proc.returncode)
     fwd = "--fwd" in argv
-    names = [a for a in argv if a != "--fwd"] or AF.LOSSES
-    mode = fwd_only if fwd else fwd_bwd
-    # measure our kernels at every size
-    AF.SMALL_ELEMENTS = AF.SMALL_ELEMENTS_NO_GRAD = dict.fromkeys(AF.SMALL_ELEMENTS, 0)
-    print(f"eager time / our default-path time, {'forward only' if fwd else 'forward+backward'} (>1: ours is faster)")
-    print(f"{'loss':34s} " + " ".join(f"{n:>9d}" for n in SIZES))
-    for name in names:
-        ratios = []
-        for n in SIZES:
-            args = inputs(name, n)
-            reps = max(10, min(200, (1 << 22) // n))
-            st = measure({"eager": mode(VARIANTS["eager"](name), args), "ours": mode(VARIANTS["default"](name), args)},
-                         reps)  # interleaved
-            ratios.append(st["eager"]["median"] / st["ours"]["median"])
-        print(f"{name:34s} " + " ".join(f"{r:9.2f}" for r in ratios), flush=True)
+    print(f"eager time / our default-path time, {'forward only' if fwd else 'forward+backward'} (>1: ours is "
+          f"faster); per loss a line per allocator state ({', '.join(states)})")
+    k = lambda n: f"{n >> 20}M" if n >= 1 << 20 else f"{n >> 10}K"  # noqa: E731
+    print(f"{'loss':34s} {'state':7s} " + " ".join(f"{k(n):>6s}" for n in sizes) + f" {'first win':>9s}")
+    for name, per in results.items():
+        for state in states:
+            ratios = per.get(state)
+            if ratios is None:
+                continue
+            win = first_win(ratios, sizes)
+            print(f"{name:34s} {state:7s} " + " ".join(f"{r:6.2f}" for r in ratios)
+                  + f" {k(win) if win else '-':>9s}")
 
 
 if __name__ == "__main__":
