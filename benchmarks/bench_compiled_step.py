@@ -9,6 +9,8 @@ torch.compile(fullgraph=True, dynamic=False) on Inductor, forward+backward (loss
     ours     autogen.functional's loss with use_autogen=True: the compiled graph calls our operator
              (autogen::call, its fused kernel under the default policy), Inductor compiles the layer
 
+`--model none`: the loss alone on a learnable input (the graph Inductor compiles is the loss itself).
+
 Run: `python benchmarks/bench_compiled_step.py` (all losses, 5 repetitions, both process states;
 Inductor compiles 36 graphs the first time, minutes on 2 cores; its cache makes later runs faster).
 `--losses NAME ...`, `--reps N`, `--states default`, `--elems N`, `--json FILE`.
@@ -68,8 +70,14 @@ def child(a):
         shift = torch.zeros((), requires_grad=True)
         opts = bench.OPTIONS.get(name, {})
 
-        def model(loss, x, scale, shift, *rest):
-            return loss(x * scale + shift, *rest)
+        if a.model == "none":  # the loss alone, its first input the learnable tensor
+            x = x.requires_grad_()
+
+            def model(loss, x, scale, shift, *rest):
+                return loss(x, *rest)
+        else:
+            def model(loss, x, scale, shift, *rest):
+                return loss(x * scale + shift, *rest)
 
         theirs = functools.partial(getattr(TF, name), **opts)
         ours = functools.partial(getattr(AF, name), **opts, use_autogen=True)
@@ -78,17 +86,18 @@ def child(a):
 
         def step(fn):
             def run():
-                scale.grad = shift.grad = None
+                scale.grad = shift.grad = x.grad = None
                 fn(x, scale, shift, *rest).backward()
             return run
 
         values = {}
         for k, fn in fns.items():
-            scale.grad = shift.grad = None
+            scale.grad = shift.grad = x.grad = None
             with autogen.record() as rec:
                 out = fn(x, scale, shift, *rest)
                 out.backward()
-            values[k] = (float(out.detach()), float(scale.grad), float(shift.grad))
+            grads = (float(x.grad.double().sum()),) if a.model == "none" else (float(scale.grad), float(shift.grad))
+            values[k] = (float(out.detach()),) + grads
             if k == "ours":
                 paths = sorted({f"{c.path}{'' if c.fused else ' (not fused)'}" for c in rec.calls})
         times, cpu = measure({k: step(fn) for k, fn in fns.items()}, a.reps)
@@ -111,17 +120,20 @@ def main():
     p.add_argument("--elems", type=int, default=1 << 22)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--states", nargs="+", default=list(states), choices=list(states))
+    p.add_argument("--model", default="affine", choices=["affine", "none"],
+                   help="the affine layer before the loss, or none (the loss alone, on a learnable input)")
     p.add_argument("--json", help="write every measurement here")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
         return child(a)
     out = {}
-    print(f"compiled model step (affine layer + loss), forward+backward, ~{a.elems} loss elements, "
+    model = "affine layer + loss" if a.model == "affine" else "the loss alone"
+    print(f"compiled model step ({model}), forward+backward, ~{a.elems} loss elements, "
           f"median of {a.reps} interleaved repetitions; torch/ours > 1: ours faster")
     for state in a.states:
-        argv = [sys.executable, __file__, "--child", "--elems", str(a.elems), "--reps", str(a.reps), "--losses",
-                *a.losses]
+        argv = [sys.executable, __file__, "--child", "--elems", str(a.elems), "--reps", str(a.reps), "--model",
+                a.model, "--losses", *a.losses]
         proc = subprocess.run(argv, stdout=subprocess.PIPE, text=True, env=dict(os.environ, **states[state]))
         if proc.returncode:
             sys.exit(f"child failed ({state})")

@@ -321,8 +321,9 @@ def _jsd(z, teacher, t, beta=0.5):  # generalized Jensen-Shannon divergence to t
     p, q = TF.softmax(z, -1), TF.softmax(teacher, -1)
     m = beta * p + (1 - beta) * q
     lm = torch.log(m)
-    rows = beta * (p * (TF.log_softmax(z, -1) - lm)).sum(-1) + (1 - beta) * (q * (TF.log_softmax(teacher, -1) - lm)).sum(-1)
-    return rows.mean()
+    kl_p = (p * (TF.log_softmax(z, -1) - lm)).sum(-1)
+    kl_q = (q * (TF.log_softmax(teacher, -1) - lm)).sum(-1)
+    return (beta * kl_p + (1 - beta) * kl_q).mean()
 
 
 def _smooth_z(z, teacher, t):  # label smoothing and a z-loss written out, masked mean over valid rows
