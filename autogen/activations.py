@@ -5,13 +5,15 @@ derivative of an unselected branch would be 0 * inf = nan where that branch over
 torch's backward conditions also fix what NaN inputs and the kinks get.
 """
 import functools
+import weakref
 from dataclasses import dataclass
 
 import torch
 
 from . import inline
 from . import ops as _ops
-from .executor import LossGraph, Problem, execute, handwritten_for
+from . import policies as _policy
+from .executor import LossGraph, Problem, _capture, _transformed, execute, handwritten_for
 from .ir import COL, ELEM, ROW, SCALAR, apply as A, input as inp, param
 from .policies import tracing as _tracing
 
@@ -148,6 +150,45 @@ NONLINEARITIES = _table(
 )
 
 
+# Policy medium (and disabled) runs our kernel for a nonlinearity only from the size at which it measured
+# faster than torch's own op, in both allocator states: name -> (elements with a gradient, without), None
+# where it was slower at every size measured. Measured on float32 by `autogen bench --crossovers` (it
+# prints this table); other dtypes follow float32. FASTER_FROM = None sends every size to our kernel.
+FASTER_FROM = {
+    "relu": (None, None), "relu6": (None, None), "leaky_relu": (None, None), "elu": (1 << 20, 1 << 18),
+    "selu": (1 << 18, 1 << 16), "celu": (1 << 20, 1 << 16), "gelu": (None, None), "silu": (None, None),
+    "mish": (1 << 18, 1 << 16), "sigmoid": (None, None), "tanh": (1 << 18, 1 << 16), "softplus": (1 << 22, 1 << 22),
+    "softsign": (1 << 18, 1 << 18), "logsigmoid": (1 << 22, 1 << 20), "hardtanh": (None, None),
+    "hardsigmoid": (None, None), "hardswish": (None, None), "hardshrink": (None, None), "softshrink": (None, None),
+    "tanhshrink": (1 << 16, 1 << 16), "threshold": (None, None), "prelu": (1 << 18, None), "glu": (1 << 22, None),
+}
+
+
+def _torch_faster(name, input, *others):
+    """The reason policy medium runs torch's op for this call, or None (ours is faster here, or the
+    policy is aggressive)."""
+    if FASTER_FROM is None or _policy.get_policy() == "aggressive":
+        return None
+    grad = torch.is_grad_enabled() and (input.requires_grad or any(t.requires_grad for t in others))
+    limit = FASTER_FROM.get(name, (None, None))[0 if grad else 1]
+    n = input.numel()
+    if limit is not None and n >= limit:
+        return None
+    what = "with a gradient" if grad else "without a gradient"
+    return (f"{n} elements {what}: torch's own kernel measured faster " +
+            (f"below {limit}" if limit is not None else "at every size"))
+
+
+def _torch_op(name, reason, fn, *args, **kwargs):
+    """torch's op, recorded as the fallback path with `reason` (forward, and backward when it runs)."""
+    out = fn(*args, **kwargs)
+    if _policy.recording():
+        _policy.note(name, "fallback", False, "forward", reason)
+        if out.requires_grad:
+            out.register_hook(lambda g: _policy.note(name, "fallback", False, "backward", reason))
+    return out
+
+
 @functools.lru_cache(maxsize=None)
 def graph(name, variant=None):
     """The LossGraph of a nonlinearity (variant: gelu's approximate, prelu's weight layout)."""
@@ -197,6 +238,11 @@ def run(name, input, inplace=False, variant=None, **options):
         return getattr(torch.nn.functional, name)(input, **kw, **({"inplace": True} if inplace else {}))
     if (input.is_meta or type(input) is not _Tensor and _ops.symbolic(input)) and not tracing:  # no data
         return _as_op(name, input, inplace, variant, options)
+    reason = None if tracing else _torch_faster(name, input)
+    if reason:
+        kw = dict(options, **({"approximate": variant} if variant is not None else {}))
+        return _torch_op(name, reason, getattr(torch.nn.functional, name), input, **kw,
+                         **({"inplace": True} if inplace else {}))
     cdt = _dtype(input, name)
     src = input
     if inplace and torch.is_grad_enabled() and input.requires_grad:
@@ -207,9 +253,58 @@ def run(name, input, inplace=False, variant=None, **options):
     prob = Problem(graph(name, variant), x.numel(), 0, 0, cdt, params)
     if tracing:  # inside an @autogen_loss trace: our decomposition, inlined into the caller's graph
         return inline.emit(prob, [x], input.shape).to(input.dtype)
-    out = execute(prob, [x], True, handwritten_for("NONLINEAR", name, prob)).view(input.shape).to(input.dtype)
+    hw = handwritten_for("NONLINEAR", name, prob)
+    if getattr(hw, "masked", False) and not _transformed([x]):
+        path, reason = _policy.choose(True)
+        if path == "handwritten":
+            _capture(prob)
+            return _run_masked(hw(prob, reason), input, x if x.dtype == cdt else x.to(cdt), inplace)  # 16 bits: widened
+    out = execute(prob, [x], True, hw).view(input.shape).to(input.dtype)
     if inplace:
         return input.copy_(out)
+    return out
+
+
+class _Masked(torch.autograd.Function):
+    """A piecewise-constant derivative: the kernel's one-byte mask is all that is saved. torch's
+    backward reads the input (the result for relu) and raises if it was changed in place since the
+    forward; ours checks that tensor's version through a weak reference, so it keeps no tensor alive
+    (one freed since cannot have been changed)."""
+
+    @staticmethod
+    def forward(ctx, engine, x):
+        out, mask = engine.forward(x)
+        ctx.engine = engine
+        ctx.save_for_backward(mask)
+        return out
+
+    @staticmethod
+    def backward(ctx, gout):
+        engine = ctx.engine
+        ref, version = engine.watch
+        watched = ref()
+        if watched is not None and watched._version != version:
+            raise RuntimeError(
+                f"one of the variables needed for gradient computation has been modified by an inplace "
+                f"operation: [{watched.type()} {list(watched.shape)}] is at version {watched._version}; "
+                f"expected version {version} instead ({engine.prob.graph.name}'s mask was saved for it)")
+        (mask,) = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph=True: torch ops, differentiable in gout
+            _policy.note(engine.prob.graph.name, "fallback", False, "backward", "create_graph: torch ops")
+            return None, engine.backward_ops(mask, gout)
+        return None, engine.backward(mask, gout)
+
+
+def _run_masked(engine, input, x, inplace):
+    """`engine` (a MASKED kernel) on x, saving its mask when a gradient is wanted."""
+    if not (torch.is_grad_enabled() and x.requires_grad):
+        out = engine.forward(x, with_mask=False)[0].to(input.dtype)
+        return input.copy_(out) if inplace else out
+    out = _Masked.apply(engine, x).to(input.dtype)  # x has input's shape: no view (it could not change in place)
+    if inplace:
+        out = input.copy_(out)
+    watched = out if engine.spec.saves_result or inplace else input
+    engine.watch = (weakref.ref(watched), watched._version)
     return out
 
 
@@ -223,6 +318,9 @@ def prelu(input, weight):
                          for t in (input, weight))
     if _tracing():
         return torch.nn.functional.prelu(input, weight)
+    reason = _torch_faster("prelu", input, weight) if input.is_floating_point() else None
+    if reason:
+        return _torch_op("prelu", reason, torch.nn.functional.prelu, input, weight)
     cdt = _dtype(input, "prelu")
     if weight.numel() == 1:
         x = input.to(cdt).contiguous()
@@ -260,6 +358,9 @@ def glu(input, dim=-1):
         return _ops.nonlinearity("glu", [input], {"dim": dim})
     if _tracing():
         return torch.nn.functional.glu(input, dim)
+    reason = _torch_faster("glu", input) if input.is_floating_point() else None
+    if reason:
+        return _torch_op("glu", reason, torch.nn.functional.glu, input, dim)
     cdt = _dtype(input, "glu")
     if input.dim() == 0:
         raise RuntimeError("glu does not support scalars because halving size must be even")

@@ -85,7 +85,7 @@ def timed(fn, reps):
     return measure({"_": fn}, reps)["_"]
 
 
-def measure(fns, reps):
+def measure(fns, reps, clock=time.perf_counter):
     """Interleaved repetitions: each round calls every variant once, in a fresh random order (seeded:
     the same in every run), so a slow spell of this shared machine falls on all variants alike and no
     variant always runs after the same one. A fixed cycle did that: the fused kernel always ran after
@@ -101,9 +101,9 @@ def measure(fns, reps):
         order = keys[:]
         rng.shuffle(order)
         for k in order:
-            t0 = time.perf_counter()
+            t0 = clock()
             fns[k]()
-            times[k].append(time.perf_counter() - t0)
+            times[k].append(clock() - t0)
     return {k: _stats(v) for k, v in times.items()}
 
 
@@ -253,6 +253,226 @@ NL_VARIANTS = {  # nonlinearities: the policy alone picks the kernel
     "autogen": lambda name: _nl(getattr(AF, name), name, "aggressive"),
     "default": lambda name: _nl(getattr(AF, name), name, "medium"),
 }
+
+
+# -- nonlinearities in two allocator states, with the bytes saved for backward -----------------
+# A fresh 16 MB tensor costs eager thousands of page faults whenever glibc has handed the last one
+# back, and ours (from the pool) none: the ratios then compare allocators. So every variant is also
+# timed in a child process where glibc keeps freed memory (these tunables), to compare kernels.
+NO_PAGE_FAULTS = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "4294967296"}
+STATES = {"default": {}, "no page faults": NO_PAGE_FAULTS}
+NL_STATE_VARIANTS = ("eager", "default", "autogen")
+
+
+def saved_bytes(fn, args):
+    """Bytes autograd saves for backward in one forward call (torch.autograd.graph.saved_tensors_hooks)."""
+    total = [0]
+
+    def pack(t):
+        total[0] += t.numel() * t.element_size()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(*args)
+    return total[0]
+
+
+def nonlinearity_child(names, n, reps, modes, threads):
+    """One allocator state (this process's): per nonlinearity and mode, each variant's median ms (interleaved)
+    and the bytes it saves for backward. On one thread, the thread's CPU time (a shared machine's other
+    processes then take no time from the figures, only memory bandwidth)."""
+    torch.set_num_threads(threads)
+    clock = time.thread_time if threads == 1 else time.perf_counter
+    rows = []
+    for name in names:
+        args = nonlinearity_args(name, n)
+        row = {"name": name, "size": args[0].numel()}
+        for v in NL_STATE_VARIANTS:
+            row[f"{v}_saved_bytes"] = saved_bytes(NL_VARIANTS[v](name), args)
+        for mode in modes:
+            fns = {v: MODES[mode](NL_VARIANTS[v](name), args) for v in NL_STATE_VARIANTS}
+            for _ in range(4):  # glibc's dynamic mmap threshold settles over the first calls of each size
+                for fn in fns.values():
+                    fn()
+            for v, st in measure(fns, reps, clock).items():
+                row[f"{mode} {v}_ms"] = st["median"] * 1e3
+        rows.append(row)
+    return rows
+
+
+def nonlinearity_states(names, n, reps, modes, threads=None):
+    """nonlinearity_child in a child process per allocator state; prints the table, returns the rows."""
+    threads = threads or torch.get_num_threads()
+    import subprocess
+    out = {}
+    for state, env in STATES.items():
+        cmd = [sys.executable, "-c", "import json, sys; from autogen import bench; "
+               "print(json.dumps(bench.nonlinearity_child(*json.loads(sys.argv[1]))))",
+               json.dumps([names, n, reps, modes, threads])]
+        res = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True, check=True)
+        out[state] = json.loads(res.stdout.strip().splitlines()[-1])
+    print(f"\nnonlinearities, ~{_size_label(n)} elements float32, {threads} thread(s) "
+          f"({'CPU time of the thread' if threads == 1 else 'wall time'}), two allocator states (no page faults: glibc's "
+          f"{' and '.join(NO_PAGE_FAULTS)} = {NO_PAGE_FAULTS['MALLOC_MMAP_THRESHOLD_']} in a child process); "
+          f"eager/ours per mode (default = policy medium, autogen = aggressive); saved MB = what autograd keeps "
+          f"for backward")
+    cols = [(state, mode, v) for state in STATES for mode in modes for v in ("default", "autogen")]
+    print(f"{'':14s}{'saved MB':>21s}  " + "  ".join(f"{state:^{13 * len(modes) * 2 - 2}s}" for state in STATES))
+    print(f"{'nonlinearity':14s}{'eager':>7s}{'medium':>7s}{'aggr':>7s}  "
+          + "  ".join(f"{mode[:7] + ' ' + ('med' if v == 'default' else 'aggr'):>11s}" for _, mode, v in cols))
+    rows, ratios = [], {c: [] for c in cols}
+    for k, name in enumerate(names):
+        row = dict(out["default"][k])
+        line = f"{name:14s}" + "".join(f"{row[f'{v}_saved_bytes'] / 2**20:7.1f}" for v in NL_STATE_VARIANTS) + "  "
+        cells = []
+        for c in cols:
+            state, mode, v = c
+            r = out[state][k]
+            ratio = r[f"{mode} eager_ms"] / r[f"{mode} {v}_ms"]
+            ratios[c].append(ratio)
+            row[f"{state} {mode} eager_over_{v}"] = ratio
+            row[f"{state} {mode} eager_ms"], row[f"{state} {mode} {v}_ms"] = r[f"{mode} eager_ms"], r[f"{mode} {v}_ms"]
+            cells.append(f"{ratio:10.2f}x")
+        print(line + "  ".join(cells))
+        rows.append(row)
+    print(f"{'geometric mean':35s}  " + "  ".join(f"{_geo(ratios[c]):10.2f}x" for c in cols))
+    print(f"{'below 1x':35s}  " + "  ".join(f"{sum(r < 1 for r in ratios[c]):11d}" for c in cols))
+    return rows
+
+
+CROSSOVER_SIZES = (1 << 16, 1 << 18, 1 << 20, 1 << 22)
+
+
+def crossover_child(names, sizes, reps):
+    """eager / ours (policy medium, its size table off) per name, size and mode, on one thread (CPU time)."""
+    from autogen import activations
+    activations.FASTER_FROM = None  # every size to our kernel
+    torch.set_num_threads(1)
+    ratios = {}
+    for name in names:
+        for n in sizes:
+            args = nonlinearity_args(name, n)
+            for mode in MODES:
+                fns = {v: MODES[mode](NL_VARIANTS[v](name), args) for v in ("eager", "default")}
+                for _ in range(4):
+                    for fn in fns.values():
+                        fn()
+                st = measure(fns, reps_for(n, reps), time.thread_time)
+                ratios[f"{name} {n} {mode}"] = st["eager"]["median"] / st["default"]["median"]
+    return ratios
+
+
+def crossovers(names, sizes=CROSSOVER_SIZES, reps=15):
+    """The size from which ours measured faster than eager, in both allocator states, at every size measured from
+    there up: {name: (with gradient, without)}, None where at no size. Prints it as activations.FASTER_FROM."""
+    import subprocess
+    states = []
+    for env in STATES.values():
+        cmd = [sys.executable, "-c", "import json, sys; from autogen import bench; "
+               "print(json.dumps(bench.crossover_child(*json.loads(sys.argv[1]))))", json.dumps([names, sizes, reps])]
+        res = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True, check=True)
+        states.append(json.loads(res.stdout.strip().splitlines()[-1]))
+    table = {}
+    for name in names:
+        row = []
+        for mode in MODES:
+            ok = [min(st[f"{name} {n} {mode}"] for st in states) >= 1.0 for n in sizes]
+            start = next((k for k in range(len(sizes)) if all(ok[k:])), None)
+            row.append(None if start is None else sizes[start])
+            print(f"{name:12s} {mode:8s} " + " ".join(f"{_size_label(n)}: " + "/".join(
+                f"{st[f'{name} {n} {mode}']:.2f}" for st in states) for n in sizes))
+        table[name] = tuple(row)
+    print("FASTER_FROM = {  # name: (elements from which ours is faster with a gradient, without)")
+    for name, row in table.items():
+        print(f"    {name!r}: ({', '.join('None' if v is None else f'1 << {v.bit_length() - 1}' for v in row)}),")
+    print("}")
+    return table
+
+
+# -- bfloat16 and float16 beside float32 --------------------------------------------------------------
+# forward+backward per dtype, eager and ours (policy medium: the handwritten kernel where one exists), all
+# dtypes interleaved in one measure() so that their ratios share the machine's state; in a child process per
+# allocator state: as it is, and with glibc keeping freed memory (no page faults: kernel against kernel).
+DTYPE_COLUMNS = (torch.float32, torch.bfloat16, torch.float16)
+DTYPE_STATES = {"default": {}, "no page faults": {"MALLOC_MMAP_THRESHOLD_": "4294967296",
+                                                  "MALLOC_TRIM_THRESHOLD_": "4294967296"}}
+
+
+def _in_dtype(args, dtype):
+    """A case's floating tensors in `dtype`, leaves again (so that .grad lands on them)."""
+    return [a.detach().to(dtype).requires_grad_(a.requires_grad) if a.is_floating_point() else a for a in args]
+
+
+def dtype_child(names, n, reps, threads):
+    """This process's allocator state: per (kind, name), each dtype's eager and ours median ms (None where
+    torch has no kernel for the dtype). On one thread, the thread's CPU time (a shared machine's other
+    processes then take no time from the figures, only memory bandwidth)."""
+    torch.set_num_threads(threads)
+    clock = time.thread_time if threads == 1 else time.perf_counter
+    rows = []
+    for kind, name in names:
+        base = inputs(name, n) if kind == "loss" else nonlinearity_args(name, n)
+        eager = _eager(name) if kind == "loss" else NL_VARIANTS["eager"](name)
+        ours = _ours("medium", name, True) if kind == "loss" else NL_VARIANTS["default"](name)
+        fns = {}
+        for dt in DTYPE_COLUMNS:
+            args = _in_dtype(base, dt)
+            pair = {f"{dt} eager": fwd_bwd(eager, args), f"{dt} ours": fwd_bwd(ours, args)}
+            try:
+                for _ in range(5):  # compile (threaded after a timed call), let glibc's mmap threshold settle
+                    for fn in pair.values():
+                        fn()
+            except (RuntimeError, NotImplementedError):  # torch's own kernel has no such dtype
+                continue
+            fns.update(pair)
+        st = measure(fns, reps, clock)
+        rows.append({"kind": kind, "name": name, **{k: v["median"] * 1e3 for k, v in st.items()}})
+    return rows
+
+
+def dtype_table(names, n, reps, out=None, threads=None):
+    """dtype_child in a child process per allocator state; prints eager/ours per dtype and ours' 16-bit time
+    over its own float32 time; writes dtypes.json to `out`."""
+    import subprocess
+    threads = threads or torch.get_num_threads()
+    states = {}
+    for state, env in DTYPE_STATES.items():
+        cmd = [sys.executable, "-c", "import json, sys; from autogen import bench; "
+               "print(json.dumps(bench.dtype_child(*json.loads(sys.argv[1]))))",
+               json.dumps([names, n, reps, threads])]
+        res = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True, check=True)
+        states[state] = json.loads(res.stdout.strip().splitlines()[-1])
+    low = [str(dt) for dt in DTYPE_COLUMNS[1:]]
+    print(f"\nforward+backward in float32, bfloat16, float16, ~{_size_label(n)} elements, {threads} thread(s) "
+          f"({'CPU time of the thread' if threads == 1 else 'wall time'}): eager/ours (policy medium) per dtype, "
+          f"and ours' 16-bit time / ours' float32 time; per allocator state (no page faults: "
+          f"{' and '.join(DTYPE_STATES['no page faults'])} = 4294967296 in the child)")
+    head = "  ".join(f"{'f32':>6s}{'bf16':>6s}{'f16':>6s}{'bf/32':>7s}{'f16/32':>7s}" for _ in states)
+    print(f"{'':32s}" + "  ".join(f"{s:^32s}" for s in states))
+    print(f"{'':32s}" + head)
+    geo = {(s, dt, kind): [] for s in states for dt in map(str, DTYPE_COLUMNS) for kind in ("loss", "nonlinearity")}
+    for k, (kind, name) in enumerate(names):
+        cells = []
+        for s, rows in states.items():
+            row = rows[k]
+            ratio = {str(dt): row[f"{dt} eager"] / row[f"{dt} ours"] if f"{dt} ours" in row else None
+                     for dt in DTYPE_COLUMNS}
+            own = [row[f"{d} ours"] / row[f"{DTYPE_COLUMNS[0]} ours"] if f"{d} ours" in row else None for d in low]
+            for dt, r in ratio.items():
+                if r is not None:
+                    geo[(s, dt, kind)].append(r)
+            cells.append("".join(f"{r:6.2f}" if r is not None else f"{'-':>6s}" for r in ratio.values())
+                         + "".join(f"{r:7.2f}" if r is not None else f"{'-':>7s}" for r in own))
+        print(f"{name:32s}" + "  ".join(cells))
+    for kind, label in (("loss", "losses"), ("nonlinearity", "nonlinearities")):
+        if not any(k == kind for k, _ in names):
+            continue
+        print(f"{'geometric mean, ' + label:32s}" + "  ".join(
+            "".join(f"{_geo(geo[(s, str(dt), kind)]):6.2f}" for dt in DTYPE_COLUMNS) + " " * 14 for s in states))
+    if out:
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "dtypes.json"), "w") as f:
+            json.dump({"elements": n, "threads": threads, "states": states}, f, indent=1)
+    return states
 
 
 def nonlinearity_args(name, n_elems):
@@ -520,7 +740,18 @@ def main(argv=None):
     ap.add_argument("--losses", nargs="*", default=list(AF.LOSSES), help="losses to time (default: all)")
     ap.add_argument("--nonlinearities", nargs="*", default=None, help="nonlinearities to time (default: all)")
     ap.add_argument("--no-nonlinearities", action="store_true", help="skip the nonlinearity table")
+    ap.add_argument("--no-states", action="store_true",
+                    help="skip the nonlinearity table in two allocator states (a child process each)")
+    ap.add_argument("--states-only", action="store_true", help="only the nonlinearity table in two allocator states")
+    ap.add_argument("--crossovers", action="store_true",
+                    help="measure activations.FASTER_FROM: where ours is faster than eager (one thread, both states)")
+    ap.add_argument("--states-threads", type=int, default=None,
+                    help="threads for that table (default torch's; 1: timed by the thread's CPU time)")
     ap.add_argument("--no-custom", action="store_true", help="skip the custom-loss table")
+    ap.add_argument("--dtypes", action="store_true", help="only the float32/bfloat16/float16 table (fwd+bwd)")
+    ap.add_argument("--no-dtypes", action="store_true", help="skip the float32/bfloat16/float16 table")
+    ap.add_argument("--dtypes-threads", type=int, default=None,
+                    help="threads for that table (default torch's; 1: timed by the thread's CPU time)")
     ap.add_argument("--custom", action="store_true", help="only the custom-loss table (autogen/corpus.py), ~2M elements")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (Inductor)")
     ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
@@ -544,6 +775,19 @@ def main(argv=None):
     sizes = SWEEP if args.sweep else (args.sizes or [args.elems])
     main_size = args.elems if args.elems in sizes else max(sizes)
     nl_names = [] if args.no_nonlinearities else (args.nonlinearities or list(AF.NONLINEARITIES))
+    dtype_names = [("loss", name) for name in args.losses] + [("nonlinearity", name) for name in nl_names]
+    if args.dtypes:
+        dtype_table(dtype_names, main_size, reps, args.out, args.dtypes_threads)
+        return
+    if args.crossovers:
+        crossovers(nl_names, reps=reps)
+        return
+    if args.states_only:
+        rows = nonlinearity_states(nl_names, main_size, reps, args.modes, args.states_threads)
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "nonlinearity_states.json"), "w") as f:
+            json.dump({"elements": main_size, "threads": torch.get_num_threads(), "rows": rows}, f, indent=1)
+        return
     drop = {"compile"} if args.no_compile else set()
     loss_variants = [v for v in VARIANTS if v not in drop]
     nl_variants = [v for v in NL_VARIANTS if v not in drop]
@@ -599,6 +843,9 @@ def main(argv=None):
           "kernel where one exists, torch's own below the size threshold); primitive = use_autogen=False (op by op; "
           "policy medium, so below the size threshold torch's own loss: NLL at 4M)")
     custom_rows = [] if args.no_custom else bench_custom(main_size, reps, compile=not args.no_compile)
+    if not args.no_dtypes:
+        dtype_table(dtype_names, main_size, max(reps // 3, 5), args.out, args.dtypes_threads)
+    state_rows = [] if args.no_states or not nl_names else nonlinearity_states(nl_names, main_size, reps, args.modes, args.states_threads)
 
     out = args.out
     os.makedirs(out, exist_ok=True)
@@ -619,7 +866,8 @@ def main(argv=None):
     summary["plot"] = png
     summary["loadavg_end"] = os.getloadavg()[0]  # the report shows how busy the machine was
     with open(os.path.join(out, "bench.json"), "w") as f:
-        json.dump({"summary": summary, "records": records, "custom": custom_rows}, f, indent=1)
+        json.dump({"summary": summary, "records": records, "custom": custom_rows,
+                   "nonlinearity_states": state_rows}, f, indent=1)
     with open(os.path.join(out, "losses.json"), "w") as f:
         json.dump({"rows": rows, "nonlinearities": nl_rows, "custom": custom_rows, **summary}, f, indent=1)
     print(f"wrote {os.path.join(out, 'bench.csv')}, bench.json, losses.csv/.json, nonlinearities.csv"

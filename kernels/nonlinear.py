@@ -1,4 +1,6 @@
-"""Handwritten kernels for three nonlinearities: relu, gelu ('none' and 'tanh'), silu.
+"""Handwritten kernels: gelu ('none' and 'tanh') and silu, and the nonlinearities whose derivative is
+piecewise constant (relu, relu6, leaky_relu, hardtanh, threshold, hardshrink, softshrink,
+hardsigmoid: MASKED), which save a one-byte mask instead of a tensor.
 
 NONLINEAR maps a name to an engine factory, as FUSED does for losses: `supports(prob)` says
 whether the problem is one the kernels implement, `factory(prob, reason)` builds the engine
@@ -18,6 +20,7 @@ data gets float32 math) and run over fixed blocks of elements, split across thre
 """
 import functools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -25,7 +28,7 @@ from numba import njit
 
 from autogen import mathlib
 from autogen.codegen import _MATHLIB
-from autogen.executor import pooled_like, split_run
+from autogen.executor import pooled, pooled_like, split_run
 from autogen.policies import note
 
 _JIT = dict(nogil=True, fastmath=mathlib.KERNEL_FASTMATH, error_model="numpy", cache=True)
@@ -37,32 +40,6 @@ _SQRT1_2 = math.sqrt(0.5)                                   # M_SQRT1_2
 _PDF = (2.0 / math.sqrt(math.pi)) * math.sqrt(0.5) * 0.5    # M_2_SQRTPI * M_SQRT1_2 * 0.5 = 1/sqrt(2 pi)
 _BETA = math.sqrt(2.0) * (2.0 / math.sqrt(math.pi)) * 0.5   # M_SQRT2 * M_2_SQRTPI * 0.5 = sqrt(2/pi)
 _KAPPA = 0.044715
-
-
-@functools.lru_cache(maxsize=None)
-def _relu_kernels(F, salt=_MATHLIB):
-    """relu(x) = x < 0 ? 0 : x (-0.0 and NaN pass, as torch's); gradient g where not x <= 0."""
-    ZERO = F(0.0)
-
-    @njit(**_JIT)
-    def forward(lo, hi, x, out):
-        salt  # noqa: B018 - in the closure only, to key numba's cache on mathlib
-        for blk in range(lo, hi):
-            s, e = blk * _BLOCK, min(blk * _BLOCK + _BLOCK, x.size)
-            xs, ys = x[s:e], out[s:e]  # indices from 0: no wraparound check, the loop vectorizes
-            for i in range(e - s):
-                v = xs[i]
-                ys[i] = ZERO if v < ZERO else v
-
-    @njit(**_JIT)
-    def backward(lo, hi, x, gout, grad):
-        salt  # noqa: B018
-        for blk in range(lo, hi):
-            s, e = blk * _BLOCK, min(blk * _BLOCK + _BLOCK, x.size)
-            xs, gs, rs = x[s:e], gout[s:e], grad[s:e]
-            for i in range(e - s):
-                rs[i] = ZERO if xs[i] <= ZERO else gs[i]  # a select: g = inf or NaN still gives 0
-    return forward, backward
 
 
 @functools.lru_cache(maxsize=None)
@@ -159,8 +136,10 @@ def _arr(t):
 
 
 def _run(kernel, x, *rest):
+    """kernel over x's blocks; the other arguments tensors (as arrays) or numbers."""
     n = x.numel()
-    split_run(kernel, -(-n // _BLOCK), (_arr(x),) + tuple(_arr(t) for t in rest), work=n)
+    split_run(kernel, -(-n // _BLOCK), (_arr(x),) + tuple(_arr(t) if isinstance(t, torch.Tensor) else t
+                                                          for t in rest), work=n)
 
 
 class _Engine:
@@ -193,13 +172,6 @@ class _Engine:
         return [grad]
 
 
-class ReLU(_Engine):
-    name = "relu"
-
-    def kernels(self):
-        return _relu_kernels(_NP[self.prob.dtype])
-
-
 class GELU(_Engine):
     """approximate 'none' (erf) or 'tanh'."""
     name = "gelu"
@@ -219,4 +191,133 @@ class SiLU(_Engine):
         return _silu_kernels(_NP[self.prob.dtype])
 
 
-NONLINEAR = {"relu": ReLU, "gelu": GELU, "silu": SiLU}
+NONLINEAR = {"gelu": GELU, "silu": SiLU}  # and the MASKED ones below
+
+
+# -- piecewise-constant derivatives: a one-byte mask saved instead of a tensor -----------------
+@dataclass(frozen=True)
+class Masked:
+    """A nonlinearity whose derivative is `on` where torch's backward condition holds, else `off`
+    (a number, or the name of the option it is): forward writes the value and that condition as one
+    byte per element, backward reads grad_output and the byte."""
+    params: tuple = ()          # the options the kernel takes, in order (a, b in the kernel)
+    on: float = 1.0
+    off: object = 0.0
+    saves_result: bool = False  # torch's backward reads the result (an input changed later is fine)
+
+
+MASKED = {  # torch's forward and its backward's condition per op are written in _masked_forward
+    "relu": Masked(saves_result=True),
+    "relu6": Masked(),
+    "leaky_relu": Masked(("negative_slope",), off="negative_slope"),
+    "hardtanh": Masked(("min_val", "max_val")),
+    "threshold": Masked(("threshold", "value")),
+    "hardshrink": Masked(("lambd",)),
+    "softshrink": Masked(("lambd",)),
+    "hardsigmoid": Masked(on=0.1666666716337204),  # torch multiplies by 1.0f / 6.0f in every dtype
+}
+_OP = {name: k for k, name in enumerate(MASKED)}
+
+
+@functools.lru_cache(maxsize=None)
+def _masked_forward(F, op, with_mask, salt=_MATHLIB):
+    """value and mask (1 where the derivative is `on`) of op `op` (an index into MASKED), params a, b;
+    the value alone without `with_mask` (no gradient wanted)."""
+    ZERO, SIX, THREE = F(0.0), F(6.0), F(3.0)
+    RELU, RELU6, LEAKY, HARDTANH, THRESHOLD, HARDSHRINK, SOFTSHRINK, HARDSIGMOID = range(8)
+
+    @njit(**_JIT)
+    def forward(lo, hi, x, out, mask, a, b):
+        salt  # noqa: B018
+        for blk in range(lo, hi):
+            s, e = blk * _BLOCK, min(blk * _BLOCK + _BLOCK, x.size)
+            xs, ys, ms = x[s:e], out[s:e], mask[s:e]
+            for i in range(e - s):
+                v = xs[i]
+                if op == RELU:  # NaN and -0.0 pass; gradient where not x <= 0 (NaN: passes)
+                    y, m = (ZERO if v < ZERO else v), not v <= ZERO
+                elif op == RELU6:  # clamp (NaN stays), gradient strictly inside (0, 6)
+                    y, m = (SIX if v > SIX else (ZERO if v < ZERO else v)), (v > ZERO) & (v < SIX)
+                elif op == LEAKY:  # gradient 1 where x > 0, else the slope (NaN: the slope)
+                    y, m = (v if v > ZERO else v * a), v > ZERO
+                elif op == HARDTANH:
+                    c = a if v < a else v
+                    y, m = (b if c > b else c), (v > a) & (v < b)
+                elif op == THRESHOLD:  # gradient where not x <= threshold
+                    y, m = (b if v <= a else v), not v <= a
+                elif op == HARDSHRINK:  # 0 on [-l, l]; gradient where |x| > l (NaN: none)
+                    y, m = (ZERO if (v >= -a) & (v <= a) else v), (v < -a) | (v > a)
+                elif op == SOFTSHRINK:
+                    y = v - a if v > a else (v + a if v < -a else v * ZERO)  # v * 0: NaN stays NaN
+                    m = (v < -a) | (v > a)
+                else:  # HARDSIGMOID: clamp(x + 3, 0, 6) / 6, gradient strictly inside (-3, 3)
+                    t = v + THREE
+                    y, m = (SIX if t > SIX else (ZERO if t < ZERO else t)) / SIX, (v > -THREE) & (v < THREE)
+                ys[i] = y
+                if with_mask:
+                    ms[i] = m
+    return forward
+
+
+@functools.lru_cache(maxsize=None)
+def _masked_backward(F, zero_off, salt=_MATHLIB):
+    """grad = g * on where the mask is set, else g * off (0, not 0 * g, when off is 0: g may be inf)."""
+    ZERO = F(0.0)
+
+    @njit(**_JIT)
+    def backward(lo, hi, mask, gout, grad, on, off):
+        salt  # noqa: B018
+        for blk in range(lo, hi):
+            s, e = blk * _BLOCK, min(blk * _BLOCK + _BLOCK, mask.size)
+            ms, gs, rs = mask[s:e], gout[s:e], grad[s:e]
+            for i in range(e - s):
+                g = gs[i]
+                rs[i] = g * on if ms[i] else (ZERO if zero_off else g * off)
+    return backward
+
+
+class MaskedEngine:
+    """forward(x) -> (value, mask); backward(mask, gout) -> grad. Used by activations' own autograd
+    Function (it saves the mask alone)."""
+    path, fused, masked = "handwritten", True, True
+
+    def __init__(self, prob, reason):
+        self.prob, self.reason = prob, reason
+        self.spec = MASKED[prob.graph.name]
+        F = _NP[prob.dtype]
+        params = prob.params
+        self.args = tuple(F(params[p]) for p in self.spec.params) + (F(0.0),) * (2 - len(self.spec.params))
+        self.on = F(self.spec.on)
+        self.off = F(params[self.spec.off] if isinstance(self.spec.off, str) else self.spec.off)
+
+    @classmethod
+    def supports(cls, prob):
+        return prob.graph.name in MASKED and prob.dtype in _NP
+
+    def forward(self, x, with_mask=True):
+        """(value, mask), the mask None without `with_mask`."""
+        x = x.contiguous()
+        flat = pooled(x.numel(), x.dtype)  # x's shape on the same memory, not as a view: the caller may change it in place
+        out = torch.empty(0, dtype=x.dtype).set_(flat.untyped_storage(), 0, x.shape)
+        # the mask's bytes from the pool as float32 words (the pool keeps float buffers)
+        mask = pooled(-(-x.numel() // 4), torch.float32).view(torch.uint8)[:x.numel()] if with_mask else x
+        _run(_masked_forward(_NP[self.prob.dtype], _OP[self.prob.graph.name], with_mask), x, out, mask,
+             *self.args)
+        note(self.prob.graph.name, self.path, True, "forward", self.reason)
+        return out, (mask.view(x.shape) if with_mask else None)
+
+    def backward(self, mask, gout):
+        note(self.prob.graph.name, self.path, True, "backward", self.reason)
+        gout = gout.to(self.prob.dtype).reshape(mask.shape).contiguous()
+        grad = pooled_like(gout)
+        _run(_masked_backward(_NP[self.prob.dtype], self.off == 0), mask, gout, grad, self.on, self.off)
+        return grad
+
+    def backward_ops(self, mask, gout):
+        """The same gradient in torch ops (differentiable in gout: create_graph=True)."""
+        m = mask.bool()
+        on = gout * self.on if self.on != 1 else gout
+        return torch.where(m, on, gout * self.off if self.off != 0 else torch.zeros((), dtype=gout.dtype))
+
+
+NONLINEAR.update(dict.fromkeys(MASKED, MaskedEngine))

@@ -17,6 +17,12 @@ NONLIN = {name: ({"threshold": 0.5, "value": -3.0} if name == "threshold" else {
           if name not in ("prelu", "glu")}
 
 
+@pytest.fixture(autouse=True)
+def _our_nonlinearities_at_every_size(monkeypatch):
+    """Policy medium sends these sizes to torch's nonlinearities (activations.FASTER_FROM): ours here."""
+    monkeypatch.setattr(autogen.activations, "FASTER_FROM", None)
+
+
 def _loss_call(case, red, dtype=torch.float64):
     args, kw = case.build(dtype)
     kw = dict(kw, reduction=red)

@@ -181,9 +181,10 @@ def test_large_outputs_come_from_a_pool_and_are_never_shared_while_alive():
     lambda x, t: torch.autograd.grad(AF.relu(x), [x], t)[0],
     lambda x, t: torch.autograd.grad(AF.cross_entropy(x, t.argmax(-1), use_autogen=True), [x])[0],
 ])
-def test_handwritten_kernels_take_large_outputs_from_the_pool(call):
+def test_handwritten_kernels_take_large_outputs_from_the_pool(call, monkeypatch):
     """The default path's handwritten kernels too: a fresh 2 MB output would page-fault."""
     import gc
+    monkeypatch.setattr(autogen.activations, "FASTER_FROM", None)  # relu: our kernel at this size too
     autogen.empty_cache()
     x, t = torch.randn(512, 1024, requires_grad=True), torch.randn(512, 1024)
     with autogen.policy("medium"), autogen.record() as rec:

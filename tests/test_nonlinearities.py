@@ -7,7 +7,9 @@ from torch.testing._internal.common_methods_invocations import op_db
 import autogen
 import autogen.nn as agnn
 from autogen import functional as AF
-from cases import DTYPES, NONLINEARITY_PATHS, compare
+from autogen import activations
+from autogen.kernels.nonlinear import MASKED
+from cases import DTYPES, NONLINEARITY_PATHS, compare, tolerances
 
 NAMES = list(AF.NONLINEARITIES)
 # options per nonlinearity beyond the defaults (each also runs with the defaults)
@@ -22,6 +24,12 @@ PATHS = {"autogen": "aggressive", "default": "medium", "disabled": "disabled"}  
 # the kinks and extremes of every function here, plus NaN and Inf
 SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 3.0, -3.0, 6.0, 20.0, 2.0, 5.0, 10.0, -10.0, 100.0, -100.0, 1e30, -1e30,
            1e-40, float("inf"), -float("inf"), float("nan"), 0.3, -2.5]
+
+
+@pytest.fixture
+def every_size(monkeypatch):
+    """Our kernels at every size under every policy (the size table sends small inputs to torch's op)."""
+    monkeypatch.setattr(activations, "FASTER_FROM", None)
 
 
 def _cases():
@@ -62,7 +70,7 @@ def _mask(name, what, x, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("name,opts", list(_cases()), ids=[f"{n}-{'-'.join(map(str, o.values())) or 'default'}"
                                                           for n, o in _cases()])
-def test_matches_torch(name, opts, dtype, path, special):
+def test_matches_torch(name, opts, dtype, path, special, every_size):
     pol = PATHS[path]
     args = _inputs(name, dtype, special)
     x = args[0].detach()
@@ -73,19 +81,103 @@ def test_matches_torch(name, opts, dtype, path, special):
     assert {c.phase for c in calls} == {"forward", "backward"}
 
 
-@pytest.mark.parametrize("name", ["relu", "gelu", "silu"])
-def test_handwritten_kernels_under_medium(name):
+@pytest.mark.parametrize("name", ["gelu", "silu", *MASKED])
+def test_handwritten_kernels_under_medium(name, every_size):
     x = torch.randn(50, requires_grad=True)
     with autogen.policy("medium"), autogen.record() as rec:
-        AF.__dict__[name](x).sum().backward()
+        AF.__dict__[name](x, **REQUIRED.get(name, {})).sum().backward()
     assert {(c.op, c.path) for c in rec.calls} == {(name, "handwritten")}
     with autogen.policy("aggressive"), autogen.record() as rec:
-        AF.__dict__[name](x).sum().backward()
+        AF.__dict__[name](x, **REQUIRED.get(name, {})).sum().backward()
     assert {(c.op, c.path) for c in rec.calls} == {(name, "autogen")}
 
 
+def _saved(fn, *args):
+    """Bytes autograd saves for backward in one call."""
+    total = [0]
+
+    def pack(t):
+        total[0] += t.numel() * t.element_size()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn(*args)
+    return out, total[0]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name,opts", [c for c in _cases() if c[0] in MASKED],
+                         ids=[f"{n}-{'-'.join(map(str, o.values())) or 'default'}" for n, o in _cases() if n in MASKED])
+def test_mask_is_all_that_is_saved(name, opts, dtype, every_size):
+    """A piecewise-constant derivative saves one byte per element; values, gradients and the gradient of
+    the gradient (create_graph) as torch's at the kinks, the thresholds and NaN."""
+    vals = torch.tensor(SPECIAL + [-6.0, 0.2, -0.2, 0.1, -0.1], dtype=dtype)
+    x = torch.cat([vals, -vals, torch.randn(30, dtype=dtype) * 4]).requires_grad_()
+    with autogen.policy("medium"), autogen.record() as rec:
+        y, nbytes = _saved(lambda t: getattr(AF, name)(t, **opts), x)
+        g = torch.randn_like(y, requires_grad=True)
+        (gx,) = torch.autograd.grad(y, x, g, create_graph=True)
+        (gg,) = torch.autograd.grad(gx, g, torch.ones_like(gx))
+    y_ref, ref_bytes = _saved(lambda t: getattr(TF, name)(t, **opts), x)
+    (gx_ref,) = torch.autograd.grad(y_ref, x, g, create_graph=True)
+    try:
+        (gg_ref,) = torch.autograd.grad(gx_ref, g, torch.ones_like(gx_ref))
+    except RuntimeError as exc:  # hardsigmoid: torch has no double backward
+        assert "not implemented" in str(exc)
+        gg_ref = gg
+    assert nbytes == x.numel() and ref_bytes == x.numel() * x.element_size()
+    tol = dict(tolerances(dtype), equal_nan=True)
+    torch.testing.assert_close(y, y_ref, **tol)
+    torch.testing.assert_close(gx, gx_ref, **tol)
+    torch.testing.assert_close(gg, gg_ref, **tol)
+    assert {(c.op, c.path, c.phase) for c in rec.calls} == {(name, "handwritten", "forward"),
+                                                            (name, "fallback", "backward")}  # create_graph
+
+
+@pytest.mark.parametrize("name", list(MASKED))
+def test_mask_raises_where_torch_raises(name, every_size):
+    """torch's backward reads the input (relu: the result) and raises if it changed in place; ours too,
+    with only the mask saved. Twice through a retained graph: the same gradient."""
+    opts = REQUIRED.get(name, {})
+    for change in ("input", "output"):
+        def run(fn):
+            leaf = torch.randn(40, requires_grad=True)
+            x = leaf * 1
+            y = fn(x, **opts)
+            first = torch.autograd.grad(y, leaf, torch.ones_like(y), retain_graph=True)[0]
+            assert torch.equal(first, torch.autograd.grad(y, leaf, torch.ones_like(y), retain_graph=True)[0])
+            with torch.no_grad():
+                (x if change == "input" else y).mul_(-1)
+            try:
+                torch.autograd.grad(y, leaf, torch.ones_like(y))
+                return False
+            except RuntimeError as exc:
+                assert "modified by an inplace operation" in str(exc)
+                return True
+        with autogen.policy("medium"):
+            ours = run(getattr(AF, name))
+        assert ours == run(getattr(TF, name)), (name, change)
+
+
+@pytest.mark.parametrize("name", list(MASKED))
+def test_size_table_picks_torch_where_ours_is_slower(name, monkeypatch):
+    """Policy medium runs torch's op below the measured size (recorded as the fallback, with the reason),
+    ours from it up; aggressive runs ours at every size."""
+    opts = REQUIRED.get(name, {})
+    x = torch.randn(64, requires_grad=True)
+    monkeypatch.setattr(activations, "FASTER_FROM", {name: (65, 64)})
+    for pol, grad, want in (("medium", True, "fallback"), ("medium", False, "handwritten"),
+                            ("aggressive", True, "autogen"), ("disabled", True, "fallback")):
+        with autogen.policy(pol), autogen.record() as rec, torch.set_grad_enabled(grad):
+            y = getattr(AF, name)(x, **opts)
+            if grad:
+                y.sum().backward()
+        assert {c.path for c in rec.calls} == {want}, (pol, grad, rec.calls)
+        assert want != "fallback" or "torch's own kernel measured faster below 65" in rec.calls[0].reason
+        torch.testing.assert_close(y, getattr(TF, name)(x, **opts))
+
+
 @pytest.mark.parametrize("name", ["elu", "gelu", "mish", "softplus", "logsigmoid", "prelu", "glu", "hardswish"])
-def test_gradcheck_float64(name):
+def test_gradcheck_float64(name, every_size):
     args = _inputs(name, torch.float64, False)
     with autogen.policy("aggressive"):
         assert torch.autograd.gradcheck(lambda *a: getattr(AF, name)(*a), args, eps=1e-6, atol=1e-5)
@@ -111,7 +203,7 @@ def test_inplace_like_torch(name):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("name", ["relu", "gelu", "silu", "tanh", "softplus", "hardswish"])
-def test_low_precision_and_layouts(name, dtype):
+def test_low_precision_and_layouts(name, dtype, every_size):
     x = torch.randn(8, 6).to(dtype).t().requires_grad_()  # non-contiguous too
     out = getattr(AF, name)(x)
     ref = getattr(TF, name)(x)
