@@ -487,6 +487,9 @@ def _linear_nodes(gm):
         h = a if a.op == "placeholder" else a.args[0] if a.op == "call_function" and a.target in _VIEWS else None
         if h is None or h.op != "placeholder" or bias is not None and bias.op != "placeholder":
             continue
+        if not _same(h.meta["val"].shape[-1:], a.meta["val"].shape[-1:]) or bias is not None and not _same(
+                bias.meta["val"].shape, wt.args[0].meta["val"].shape[:1]):  # rows of h; a bias per class
+            continue
         logits = n
         users = list(n.users)
         if h is not a and len(users) == 1 and users[0].target in _VIEWS:  # (*, H) input: logits (*, V)
@@ -532,9 +535,7 @@ def chunked_trace(gm, tensors, lower):
         graph.erase_node(p)
     index = {p: i for i, p in enumerate(holders)}
     kept = [index[p] for p in holders if p not in own]
-    shape = tuple(tensors[index[hp]].shape[:-1]) + (tensors[index[wp]].shape[0],)
-    if tuple(int(s) for s in logits.meta["val"].shape) != shape if not _symbolic(logits) else False:
-        raise _Unsupported("a linear layer whose logits are reshaped", "")
+    shape = tuple(_hint(s) for s in z.meta["val"].shape)
     needs_grad = any(tensors[index[p]].requires_grad for p in own)
     zt = torch.empty(shape, dtype=tensors[index[hp]].dtype, device="meta").requires_grad_(needs_grad)
     gm.recompile()
@@ -545,8 +546,14 @@ def chunked_trace(gm, tensors, lower):
         raise _Unsupported(f"a loss after a linear layer that cannot run in row chunks: {exc}", "") from None
 
 
-def _symbolic(node):
-    return any(not isinstance(s, int) for s in node.meta["val"].shape)
+def _same(a, b):
+    from .tracing import _hint
+    return len(a) == len(b) and all(_hint(x) == _hint(y) for x, y in zip(a, b))
+
+
+def _hint(s):
+    from .tracing import _hint
+    return _hint(s)
 
 
 class ChunkedLoss:
