@@ -3,7 +3,7 @@
 The model: an elementwise affine layer, pred = x * scale + shift (scale and shift learnable scalars),
 feeding each of the eighteen built-in losses (autogen.functional.LOSSES, inputs from
 autogen.bench.inputs at about 4M loss elements, options from autogen.bench.OPTIONS). Both steps are
-torch.compile(fullgraph=True, dynamic=False) on Inductor, forward+backward (loss.backward()):
+torch.compile(dynamic=False) on Inductor (ours with fullgraph=True), forward+backward (loss.backward()):
 
     torch    torch.nn.functional's loss: Inductor compiles the loss itself, fused with the layer
     ours     autogen.functional's loss with use_autogen=True: the compiled graph calls our operator
@@ -81,7 +81,8 @@ def child(a):
 
         theirs = functools.partial(getattr(TF, name), **opts)
         ours = functools.partial(getattr(AF, name), **opts, use_autogen=True)
-        fns = {"torch": torch.compile(functools.partial(model, theirs), fullgraph=True, dynamic=False),
+        # torch's side may break the graph (gaussian_nll_loss checks var's values in Python); ours may not
+        fns = {"torch": torch.compile(functools.partial(model, theirs), dynamic=False),
                "ours": torch.compile(functools.partial(model, ours), fullgraph=True, dynamic=False)}
 
         def step(fn):
