@@ -989,7 +989,7 @@ def _run(traced, tensors):
     for node, i, how in traced.inputs:
         t = tensors[i]
         if node.kind == "f" and t.dtype is not cdt:
-            t = t.to(cdt)
+            t = t if cdt is torch.float32 and t.dtype in (torch.bfloat16, torch.float16) else t.to(cdt)  # read 16 bits
         if how == "expand":
             t = t.expand(broadcast_shapes(t.shape, traced.base))
         args.append(t if t.is_contiguous() else t.contiguous())

@@ -54,11 +54,12 @@ def _ce_rows(F, want_grad, lx=_same, lw=_same, sg=None, salt=_MATHLIB):
 
     want_grad is a closure constant, not an argument: each variant keeps only its own loops. lx, lw: how
     x and w are read; sg: how a 16-bit gradient is stored (None: the gradient row holds the exps between
-    the passes, which a 16-bit row would round, so that variant computes them again)."""
+    the passes; a 16-bit row would round them, so that variant keeps them in a float32 row of its own)."""
     @njit(**_JIT)
     def rows(lo, hi, x, t, w, ignore, C, rb, gscale, grad, part):
         salt  # noqa: B018 - in the closure only, to key numba's cache on mathlib
         R = t.size
+        ex = np.empty(C if want_grad and sg is not None else 0, F)  # the row's exps (in L1)
         for blk in range(lo, hi):
             acc = 0.0
             for r in range(blk * rb, min(blk * rb + rb, R)):
@@ -72,6 +73,11 @@ def _ce_rows(F, want_grad, lx=_same, lw=_same, sg=None, salt=_MATHLIB):
                     for j in range(C):
                         e = mathlib.exp(row[j] - m)
                         g[j] = e
+                        s += e
+                elif want_grad:
+                    for j in range(C):
+                        e = mathlib.exp(lx(row[j]) - m)
+                        ex[j] = e
                         s += e
                 else:
                     for j in range(C):
@@ -92,9 +98,9 @@ def _ce_rows(F, want_grad, lx=_same, lw=_same, sg=None, salt=_MATHLIB):
                     q = f / s
                     g = grad[r * C:(r + 1) * C]
                     for j in range(C):
-                        g[j] = sg(mathlib.exp(lx(row[j]) - m) * q)
+                        g[j] = sg(ex[j] * q)
                     if k != ignore:
-                        g[k] = sg(mathlib.exp(lx(row[k]) - m) * q - f)
+                        g[k] = sg(ex[k] * q - f)
             part[blk] = acc
     return rows
 
