@@ -11,7 +11,7 @@ import autogen
 from autogen import cli, report
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-DOCS = ["README.md", "docs/design.md"]
+DOCS = ["README.md", "docs/design.md", "docs/performance.md"]
 # README blocks that need more than one process or an Inductor compile; each is run by its own test
 SKIP = {"init_process_group": "test_reliability.py::test_ddp_two_gloo_ranks_match_the_torch_loss",
         "DistributedDataParallel": "test_reliability.py::test_ddp_two_gloo_ranks_match_the_torch_loss"}
