@@ -171,11 +171,20 @@ def thresholds():
             for n in AF.LOSSES]
 
 
+def nl_thresholds():
+    """The nonlinearities' sizes from which policy medium runs our kernel (None: torch's op at every size)."""
+    from . import activations
+    table = activations.FASTER_FROM or {}
+    return [{"name": n, "grad": g, "no_grad": ng} for n, (g, ng) in table.items()]
+
+
 def fmt(v, spec=".2f", none="-"):
     return none if v is None else format(v, spec)
 
 
 def size(n):
+    if n is None:
+        return "never"
     if n >= 1 << 60:
         return "always"
     return "none" if n == 0 else _label(n)
@@ -265,7 +274,7 @@ def context(runs, doc):
     return {"s": s, "run": run, "tables": tables(run), "small": small(run), "sweeps": sweeps(run),
             "states": states(runs), "custom": run["custom"], "thresholds": thresholds(),
             "nl_states": nonlinearity_states(run), "linear_ce": linear_ce(os.path.dirname(run["path"])),
-            "threshold_env": os.environ.get("AUTOGEN_SMALL_ELEMENTS"),
+            "threshold_env": os.environ.get("AUTOGEN_SMALL_ELEMENTS"), "nl_thresholds": nl_thresholds(),
             "custom_geo": _geo([r.get("eager_over_fused") for r in run["custom"]]),
             "custom_geo_compile": _geo([r.get("compile_over_fused") for r in run["custom"]]),
             "small_geo": _geo([r["ratio"] for r in small(run)]),

@@ -113,6 +113,9 @@ def test_report_renders_a_run_and_rewrites_only_the_readme_block(tmp_path):
     assert f"| `mse_loss` | {0.02 / 0.025:.2f} |" in text  # 1K: eager / default
     from autogen import functional as AF
     assert f"| `nll_loss` | {report.size(AF.SMALL_ELEMENTS['nll_loss'])} |" in text
+    from autogen import activations
+    for name, (grad, no_grad) in (activations.FASTER_FROM or {}).items():
+        assert f"| `{name}` | {report.size(grad)} | {report.size(no_grad)} |" in text
     assert "| `gelu` | 16 / 16 / 32 | 1.50 | 1.25 |" in text  # nonlinearities in both allocator states
     assert "| ce | 2048 | 32768 | float32 | heap | 2.50 | 1.10, 1.20 | 0.90, 0.80 | 800 / 300 / 100 | 0.12 |" in text
     if importlib.util.find_spec("matplotlib"):
