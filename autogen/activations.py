@@ -165,24 +165,23 @@ FASTER_FROM = {
 
 
 def _torch_faster(name, input, *others):
-    """The reason policy medium runs torch's op for this call, or None (ours is faster here, or the
-    policy is aggressive)."""
+    """(elements, gradient wanted, limit) where policy medium runs torch's op for this call, else None (ours is
+    faster here, or the policy is aggressive)."""
     if FASTER_FROM is None or _policy.get_policy() == "aggressive":
         return None
     grad = torch.is_grad_enabled() and (input.requires_grad or any(t.requires_grad for t in others))
     limit = FASTER_FROM.get(name, (None, None))[0 if grad else 1]
     n = input.numel()
-    if limit is not None and n >= limit:
-        return None
-    what = "with a gradient" if grad else "without a gradient"
-    return (f"{n} elements {what}: torch's own kernel measured faster " +
-            (f"below {limit}" if limit is not None else "at every size"))
+    return None if limit is not None and n >= limit else (n, grad, limit)
 
 
-def _torch_op(name, reason, fn, *args, **kwargs):
-    """torch's op, recorded as the fallback path with `reason` (forward, and backward when it runs)."""
+def _torch_op(name, why, fn, *args, **kwargs):
+    """torch's op, recorded as the fallback path with the reason `why` gives (forward, and backward when it runs)."""
     out = fn(*args, **kwargs)
     if _policy.recording():
+        n, grad, limit = why
+        reason = (f"{n} elements {'with' if grad else 'without'} a gradient: torch's own kernel measured faster "
+                  + (f"below {limit}" if limit is not None else "at every size"))
         _policy.note(name, "fallback", False, "forward", reason)
         if out.requires_grad:
             out.register_hook(lambda g: _policy.note(name, "fallback", False, "backward", reason))

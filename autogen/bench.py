@@ -261,18 +261,50 @@ NL_VARIANTS = {  # nonlinearities: the policy alone picks the kernel
 # timed in a child process where glibc keeps freed memory (these tunables), to compare kernels.
 NO_PAGE_FAULTS = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "4294967296"}
 STATES = {"default": {}, "no page faults": NO_PAGE_FAULTS}
-NL_STATE_VARIANTS = ("eager", "default", "autogen")
+NL_STATE_VARIANTS = ("eager", "default", "ours", "autogen")
+
+
+def _table_off(fn):
+    """`fn` with activations.FASTER_FROM off: policy medium's kernel at every size (handwritten, else generated)."""
+    from autogen import activations
+
+    def run(*a):
+        saved, activations.FASTER_FROM = activations.FASTER_FROM, None
+        try:
+            return fn(*a)
+        finally:
+            activations.FASTER_FROM = saved
+    return run
+
+
+STATE_VARIANTS = dict(NL_VARIANTS, ours=lambda name: _table_off(_nl(getattr(AF, name), name, "medium")))
 
 
 def saved_bytes(fn, args):
-    """Bytes autograd saves for backward in one forward call (torch.autograd.graph.saved_tensors_hooks)."""
+    """Bytes one forward call keeps for backward: what autograd packs (saved_tensors_hooks; an input counts,
+    as it is kept alive for backward), and the tensors our autograd Functions hold on their context
+    (executor._LossFunction's `saved`), each memory once."""
+    from autogen.executor import _tensors_in
+    seen = set()
     total = [0]
 
-    def pack(t):
-        total[0] += t.numel() * t.element_size()
-        return t
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn(*args)
+    def count(t):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in seen:
+            seen.add(ptr)
+            total[0] += t.numel() * t.element_size()
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: (count(t), t)[1], lambda t: t):
+        out = fn(*args)
+    nodes, visited = [out.grad_fn], set()
+    while nodes:  # the graph this call made, down to the inputs' AccumulateGrad
+        node = nodes.pop()
+        if node is None or id(node) in visited:
+            continue
+        visited.add(id(node))
+        saved = getattr(node, "saved", None)
+        for t in _tensors_in(() if saved is None else saved):
+            count(t)
+        nodes += [f for f, _ in node.next_functions]
     return total[0]
 
 
@@ -287,9 +319,9 @@ def nonlinearity_child(names, n, reps, modes, threads):
         args = nonlinearity_args(name, n)
         row = {"name": name, "size": args[0].numel()}
         for v in NL_STATE_VARIANTS:
-            row[f"{v}_saved_bytes"] = saved_bytes(NL_VARIANTS[v](name), args)
+            row[f"{v}_saved_bytes"] = saved_bytes(STATE_VARIANTS[v](name), args)
         for mode in modes:
-            fns = {v: MODES[mode](NL_VARIANTS[v](name), args) for v in NL_STATE_VARIANTS}
+            fns = {v: MODES[mode](STATE_VARIANTS[v](name), args) for v in NL_STATE_VARIANTS}
             for _ in range(4):  # glibc's dynamic mmap threshold settles over the first calls of each size
                 for fn in fns.values():
                     fn()
@@ -311,14 +343,18 @@ def nonlinearity_states(names, n, reps, modes, threads=None):
         res = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True, check=True)
         out[state] = json.loads(res.stdout.strip().splitlines()[-1])
     print(f"\nnonlinearities, ~{_size_label(n)} elements float32, {threads} thread(s) "
-          f"({'CPU time of the thread' if threads == 1 else 'wall time'}), two allocator states (no page faults: glibc's "
+          f"({'CPU time of the thread' if threads == 1 else 'wall time'}), two allocator states "
+          f"(no page faults: glibc's "
           f"{' and '.join(NO_PAGE_FAULTS)} = {NO_PAGE_FAULTS['MALLOC_MMAP_THRESHOLD_']} in a child process); "
-          f"eager/ours per mode (default = policy medium, autogen = aggressive); saved MB = what autograd keeps "
+          f"eager/ours per mode (med = policy medium; kernel = medium's kernel at every size, its size table off: "
+          f"handwritten, else generated; aggr = aggressive: generated); saved MB = what autograd keeps "
           f"for backward")
-    cols = [(state, mode, v) for state in STATES for mode in modes for v in ("default", "autogen")]
-    print(f"{'':14s}{'saved MB':>21s}  " + "  ".join(f"{state:^{13 * len(modes) * 2 - 2}s}" for state in STATES))
-    print(f"{'nonlinearity':14s}{'eager':>7s}{'medium':>7s}{'aggr':>7s}  "
-          + "  ".join(f"{mode[:7] + ' ' + ('med' if v == 'default' else 'aggr'):>11s}" for _, mode, v in cols))
+    cols = [(state, mode, v) for state in STATES for mode in modes for v in ("default", "ours", "autogen")]
+    label = {"default": "med", "ours": "kernel", "autogen": "aggr"}
+    print(f"{'':14s}{'saved MB':^{7 * len(NL_STATE_VARIANTS)}s}  "
+          + "  ".join(f"{state:^{16 * 3 * len(modes) - 2}s}" for state in STATES))
+    print(f"{'nonlinearity':14s}" + "".join(f"{label.get(v, v):>7s}" for v in NL_STATE_VARIANTS) + "  "
+          + "  ".join(f"{mode[:7] + ' ' + label[v]:>14s}" for _, mode, v in cols))
     rows, ratios = [], {c: [] for c in cols}
     for k, name in enumerate(names):
         row = dict(out["default"][k])
@@ -331,11 +367,12 @@ def nonlinearity_states(names, n, reps, modes, threads=None):
             ratios[c].append(ratio)
             row[f"{state} {mode} eager_over_{v}"] = ratio
             row[f"{state} {mode} eager_ms"], row[f"{state} {mode} {v}_ms"] = r[f"{mode} eager_ms"], r[f"{mode} {v}_ms"]
-            cells.append(f"{ratio:10.2f}x")
+            cells.append(f"{ratio:13.2f}x")
         print(line + "  ".join(cells))
         rows.append(row)
-    print(f"{'geometric mean':35s}  " + "  ".join(f"{_geo(ratios[c]):10.2f}x" for c in cols))
-    print(f"{'below 1x':35s}  " + "  ".join(f"{sum(r < 1 for r in ratios[c]):11d}" for c in cols))
+    pad = 14 + 7 * len(NL_STATE_VARIANTS)
+    print(f"{'geometric mean':{pad}s}  " + "  ".join(f"{_geo(ratios[c]):13.2f}x" for c in cols))
+    print(f"{'below 1x':{pad}s}  " + "  ".join(f"{sum(r < 1 for r in ratios[c]):14d}" for c in cols))
     return rows
 
 
@@ -845,7 +882,8 @@ def main(argv=None):
     custom_rows = [] if args.no_custom else bench_custom(main_size, reps, compile=not args.no_compile)
     if not args.no_dtypes:
         dtype_table(dtype_names, main_size, max(reps // 3, 5), args.out, args.dtypes_threads)
-    state_rows = [] if args.no_states or not nl_names else nonlinearity_states(nl_names, main_size, reps, args.modes, args.states_threads)
+    state_rows = [] if args.no_states or not nl_names else nonlinearity_states(nl_names, main_size, reps, args.modes,
+                                                                                args.states_threads)
 
     out = args.out
     os.makedirs(out, exist_ok=True)

@@ -297,7 +297,8 @@ class MaskedEngine:
     def forward(self, x, with_mask=True):
         """(value, mask), the mask None without `with_mask`."""
         x = x.contiguous()
-        flat = pooled(x.numel(), x.dtype)  # x's shape on the same memory, not as a view: the caller may change it in place
+        # x's shape on the pool's memory, not as a view of it: the caller may change the result in place
+        flat = pooled(x.numel(), x.dtype)
         out = torch.empty(0, dtype=x.dtype).set_(flat.untyped_storage(), 0, x.shape)
         # the mask's bytes from the pool as float32 words (the pool keeps float buffers)
         mask = pooled(-(-x.numel() // 4), torch.float32).view(torch.uint8)[:x.numel()] if with_mask else x
