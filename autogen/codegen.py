@@ -17,9 +17,11 @@ from importlib import resources
 
 from . import __version__
 from .errors import ScheduleError
+from . import schedule
 from .ir import COL, ELEM, ROW, SCALAR, const, describe, fmt_const, toposort
 from .mathlib import KERNEL_FASTMATH
 from .primitives import PRIMS
+from .schedule import late_set  # noqa: F401 - the executor's import
 
 _ENV = jinja2.Environment(loader=jinja2.FunctionLoader(
     lambda name: resources.files("autogen.templates").joinpath(name).read_text()),
@@ -31,32 +33,13 @@ _MATHLIB = hashlib.sha1(b"".join(resources.files("autogen").joinpath(f).read_byt
                                   for f in ("mathlib.py", "specfun.py"))).hexdigest()[:12]
 
 
-_CODEGEN_REV = "3"  # part of every kernel's key: bump when the same graph renders differently
+_CODEGEN_REV = "4"  # part of every kernel's key: bump when the same graph renders differently
 _STASH_COST = 20  # a value this costly per element (one polynomial function) is stashed, not recomputed
-
-
-def late_set(nodes):
-    """Digests of the nodes that need a whole-tensor reduction only known after the row loop.
-
-    A sum over rows of per-row values that need no reduction themselves (summed weights of the
-    targets, say) is early: the kernel computes it in a prelude pass over the rows, so what
-    depends on it (the 1/sum(w) of a weighted mean) can be used inside the row loop.
-    """
-    late = {}
-    for n in toposort(nodes):
-        group = _group(n)
-        if group == "reduce_all":
-            arg = n.args[0]
-            early = not arg.level & COL and not any(_group(m).startswith("reduce") for m in toposort([arg]))
-            late[n.digest] = not early or late[arg.digest]
-        else:
-            value_args = n.args[:1] if group == "identity" else n.args
-            late[n.digest] = any(late[a.digest] for a in value_args)
-    return {d for d, v in late.items() if v}
+_COL_CHUNKS = 64  # chunks of rows a sum over the rows is split into (a float64 row of partials each)
 
 
 def _early(n, late):
-    return _group(n) == "reduce_all" and n.digest not in late
+    return schedule.is_early(n, late)
 
 
 class KernelSpec:
@@ -123,56 +106,99 @@ def _expr(node, names, spec):
 
 def render(spec, cache=True, parallel=False):
     """Numba source of `spec`'s kernel (`parallel`: rows in a numba prange, for large inputs)."""
-    order = spec.order
+    order, late = spec.order, spec.late
+    sched = schedule.build(spec)
     idx = {n.digest: i for i, n in enumerate(order)}
     names = {n.digest: f"v{idx[n.digest]}" for n in order}
-    late = spec.late
-    phase = {}
-    for n in order:
-        group = _group(n)
-        if n.digest in late:
-            phase[n.digest] = None
-        elif group == "reduce_all":  # early: ready before the row loop
-            phase[n.digest] = 0
-        elif group == "reduce_row":
-            phase[n.digest] = phase[n.args[0].digest] + 1
-        elif group == "identity":  # only the first argument is a value; the rest steer gradients
-            phase[n.digest] = phase[n.args[0].digest]
-        else:
-            phase[n.digest] = max([phase[a.digest] for a in n.args], default=0)
-    for n in order:
-        if n.digest in late and n.level != SCALAR:
-            raise ScheduleError(f"{spec.label}: a per-element value depends on a whole-tensor reduction")
-
-    def inline(n):  # leaves other than element loads are used in place; identities alias their value
-        return n.op in ("param", "const") or (n.op == "input" and n.level == SCALAR) or _group(n) == "identity"
-
     for n in order:
         if _group(n) == "identity":
             names[n.digest] = names[n.args[0].digest]
-        elif inline(n):
+        elif _inline(n):
             names[n.digest] = _expr(n, names, spec)
 
     def line(n):
+        if _group(n) == "reduce_col":  # a sum over the rows, folded after its pass into a per-column array
+            return f"{names[n.digest]} = __cv{idx[n.digest]}[__j]"
         return f"{names[n.digest]} = {_expr(n, names, spec)}"
 
-    # passes over the row: (phase, sub) -> init lines and sinks; a 'solo' reduction (maxnum) gets a
-    # pass of its own, since LLVM vectorizes it only alone; `after[k]` follows every pass of phase k
+    part_index = {n.digest: k for k, n in enumerate(spec.reduce_all)}
+
+    def scalar_lines(nodes):
+        out = []
+        for n in nodes:
+            prim, v = PRIMS.get(n.op), names[n.digest]
+            if _early(n, late):  # prelude: fold the per-row values over all rows, in float64
+                arg = n.args[0]
+                rows = [m for m in toposort([arg]) if m.level == ROW and not _inline(m)]
+                out += [f"{v} = __np.float64({prim.init})", "for __r in range(__R):", "    __start = __r * __C"]
+                out += [f"    {line(m)}" for m in rows]
+                out += [f"    {v} = " + (prim.fold or prim.combine).format(names[arg.digest], acc=v), f"{v} = __F({v})"]
+            elif _group(n) == "reduce_all":  # the per-row partials of a pass, combined in row order in float64
+                k = part_index[n.digest]
+                out += [f"{v} = __np.float64({prim.init})", "for __q in range(__R):",
+                        f"    {v} = " + (prim.fold or prim.combine).format(f"__part[{k}, __q]", acc=v), f"{v} = __F({v})"]
+            else:
+                out.append(line(n))
+        return out
+
+    passes = []
+    loop = "__nb.prange" if parallel else "range"
+    for p in sched.passes:
+        body = _render_pass(spec, p, sched.depth, names, idx, line, part_index)
+        before, fold = scalar_lines(p.scalars), []
+        if p.col_reduces:  # rows in a fixed number of chunks (not one per thread): the sums do not depend on
+            # the thread count; each chunk sums its rows per column, the chunks are then added in order
+            head = [f"for __b in {loop}(__NB):", "    for __r in range(__r0 + (__r1 - __r0) * __b // __NB, "
+                    "__r0 + (__r1 - __r0) * (__b + 1) // __NB):"]
+            before.append(f"__NB = max(min(__r1 - __r0, {_COL_CHUNKS}), 1)")
+            for n in p.col_reduces:
+                k = idx[n.digest]
+                before.append(f"__c{k} = __np.zeros((__NB, __C), __np.float64)")
+                fold += [f"__cv{k} = __np.empty(__C, __F)", "for __j in range(__C):", "    __s = __np.float64(0.0)",
+                         "    for __q in range(__NB):", f"        __s += __c{k}[__q, __j]", f"    __cv{k}[__j] = __F(__s)"]
+        else:
+            head = [f"for __r in {loop}(__r0, __r1):"]
+        pad = " " * (4 + 4 * len(head))
+        passes.append(dict(before=before, head=head, pad=pad, fold=fold, **body))
+    post = scalar_lines(sched.post) + [f"out_{j}[0] = {names[spec.outputs[j][0].digest]}" for j in sched.scalar_outputs]
+    args = [f"in_{n.attr}" for n in spec.inputs] + [f"p_{n.attr}" for n in spec.params]
+    args += [f"out_{j}" for j in range(len(spec.outputs))]
+    return _ENV.get_template("kernel.py.j2").render(
+        key=spec.key, graph_comment=[spec.label, f"mathlib {_MATHLIB}"] + sched.describe(spec), dtype=spec.dtype,
+        parallel=parallel, fastmath=repr(sorted(KERNEL_FASTMATH)).replace("[", "{").replace("]", "}"), cache=cache,
+        args=args, passes=passes, post=post)
+
+
+def _inline(n):
+    """Leaves other than element loads are used in place; identities alias their value."""
+    return n.op in ("param", "const") or (n.op == "input" and n.level == SCALAR) or _group(n) == "identity"
+
+
+def _render_pass(spec, p, depth, names, idx, line, part_index):
+    """The row loop of one pass: its loops over the row (one per depth of row reductions), the row values
+    between them, and what it writes per row."""
+    order = spec.order
+    inline = _inline
+    # passes over the row: (depth, sub) -> init lines and sinks; a 'solo' reduction (maxnum) gets a
+    # loop of its own, since LLVM vectorizes it only alone; `after[k]` follows every loop of depth k
     loops, after = {}, {}
 
     def loop(k, sub=0):
         return loops.setdefault((k, sub), {"init": [], "sinks": []})
-    part_index = {n.digest: k for k, n in enumerate(spec.reduce_all)}
-    row_end, post_lines = [], []
-    for n in order:
+    row_end = []
+    for n in p.col_reduces:
+        arg = n.args[0]
+        if not arg.level & COL:
+            raise ScheduleError(f"{spec.label}: a sum over the rows of per-row values")
+        loop(depth[arg.digest])["sinks"].append((arg, f"__c{idx[n.digest]}[__b, __j] += {names[arg.digest]}"))
+    reductions = sorted([n for n in p.nodes if _group(n) == "reduce_row"] + p.reduces, key=lambda n: idx[n.digest])
+    for n in reductions:
         group = _group(n)
-        if group not in ("reduce_row", "reduce_all") or _early(n, late):
-            continue
         arg = n.args[0]
         prim = PRIMS[n.op]
         if arg.level & COL:
             acc = names[n.digest] if group == "reduce_row" else f"__a{idx[n.digest]}"
-            k = phase[arg.digest]
+            k = depth[arg.digest]
             lp = loop(k, 1 + idx[n.digest] if prim.solo else 0)
             lp["init"].append(f"{acc} = {prim.init}")
             lp["sinks"].append((arg, f"{acc} = " + prim.combine.format(names[arg.digest], acc=acc)))
@@ -183,33 +209,29 @@ def render(spec, cache=True, parallel=False):
                 after.setdefault(k, []).append(f"{acc} = " + prim.aux[2].format(aux=aux, acc=acc))
             if group == "reduce_all":
                 row_end.append(f"__part[{part_index[n.digest]}, __r] = {acc}")
-        elif group == "reduce_all":
+        else:
             row_end.append(f"__part[{part_index[n.digest]}, __r] = {names[arg.digest]}")
-    out_args, out_pass = [], {}  # output j -> the pass that writes it (ELEM outputs)
-    for j, (n, level) in enumerate(spec.outputs):
-        out_args.append(f"out_{j}")
+    out_pass = {}  # output j -> the loop that writes it (ELEM outputs)
+    for j in p.writes:
+        n, level = spec.outputs[j]
         if level == COL:
             raise ScheduleError(f"{spec.label}: output {j} would be written by every row")
-        if level == ELEM:  # written densely in the row's pass, no zero-filled tensor beforehand (nll: 0.68 ms
+        if level == ELEM:  # written densely in the row's loop, no zero-filled tensor beforehand (nll: 0.68 ms
             # against 1.02 ms for a zeroed tensor then one cache-missing store per row, 8192x512)
-            if phase[n.digest] is None:
-                raise ScheduleError(f"{spec.label}: output {j} needs a whole-tensor reduction first")
-            out_pass[j] = (phase[n.digest], 0)
+            out_pass[j] = (depth[n.digest], 0)
             if n.op == "scatter" and not n.args[0].level & COL:
-                # a pure scatter: the pass writes zeros (a loop LLVM turns into memset), the row's one
-                # value is stored after all passes (nll's gradient: 0.22 ms -> 0.16 ms, 8192x512)
+                # a pure scatter: the loop writes zeros (a loop LLVM turns into memset), the row's one
+                # value is stored after all loops (nll's gradient: 0.22 ms -> 0.16 ms, 8192x512)
                 v, i = (names[a.digest] for a in n.args[:2])
-                loop(phase[n.digest])["sinks"].append((const(0.0), f"__o{j}[__j] = {_narrow(spec, j, '__zero')}"))
+                loop(depth[n.digest])["sinks"].append((const(0.0), f"__o{j}[__j] = {_narrow(spec, j, '__zero')}"))
                 row_end.append(f"if 0 <= {i} < __end - __start: __o{j}[{i}] = {_narrow(spec, j, v)}")
             else:
-                loop(phase[n.digest])["sinks"].append((n, f"__o{j}[__j] = {_narrow(spec, j, names[n.digest])}"))
-        elif level == ROW:
-            row_end.append(f"out_{j}[__r] = {names[n.digest]}")
+                loop(depth[n.digest])["sinks"].append((n, f"__o{j}[__j] = {_narrow(spec, j, names[n.digest])}"))
         else:
-            post_lines.append(f"out_{j}[0] = {names[n.digest]}")
+            row_end.append(f"out_{j}[__r] = {names[n.digest]}")
 
     def closure(sinks, stops=()):
-        """Digests of the per-element values a pass computes for its sinks (`stops` are loaded, not computed)."""
+        """Digests of the per-element values a loop computes for its sinks (`stops` are loaded, not computed)."""
         need, stack = set(), list(sinks)
         while stack:
             n = stack.pop()
@@ -226,9 +248,9 @@ def render(spec, cache=True, parallel=False):
     def cost(digests):
         return sum(PRIMS[order[idx[d]].op].cost for d in digests if order[idx[d]].op in PRIMS)
 
-    # a costly per-element value that a later pass would compute again (cross-entropy's exp: summed in
-    # one pass, scaled into the gradient in the next) is stashed in the later pass's output row and read
-    # back there just before that pass overwrites it, as the handwritten kernel does
+    # a costly per-element value that a later loop would compute again (cross-entropy's exp: summed in
+    # one loop, scaled into the gradient in the next) is stashed in the later loop's output row and read
+    # back there just before that loop overwrites it, as the handwritten kernel does
     keys = sorted(loops)
     needs = {key: closure([m for m, _ in loops[key]["sinks"]]) for key in keys}
     loads = {key: {} for key in keys}
@@ -239,7 +261,7 @@ def render(spec, cache=True, parallel=False):
         best = None
         for d in sorted(needs[b]):
             m = order[idx[d]]
-            homes = [key for key in keys if key < b and key[1] == 0 and d in needs[key]]  # not a solo pass
+            homes = [key for key in keys if key < b and key[1] == 0 and d in needs[key]]  # not a solo loop
             if m.kind != "f" or d in loads[b] or not homes:
                 continue
             saved = cost((needs[b] - closure(sinks_b, set(loads[b]) | {d})) | {d})  # d itself is loaded
@@ -250,52 +272,31 @@ def render(spec, cache=True, parallel=False):
             loops[a]["sinks"].append((order[idx[d]], f"__o{j}[__j] = {names[d]}"))
             loads[b][d] = f"{names[d]} = __o{j}[__j]"
             needs[b] = closure(sinks_b, set(loads[b]))
-    for key, lp in loops.items():  # each pass's values in graph order
+    for key, lp in loops.items():  # each loop's values in graph order
         lp["body"] = [loads[key].get(n.digest) or line(n) for n in order if n.digest in needs[key]] \
             + [s for _, s in lp["sinks"]]
     nloops = max((k for k, _ in loops), default=-1) + 1
-    # row-level values: each after the pass that produced its reductions
-    row_begin = [f"__e_{n.attr} = in_{n.attr}[__start:__end]" for n in spec.inputs if n.level == ELEM]
-    row_begin += [f"__o{j} = out_{j}[__start:__end]" for j, (n, lvl) in enumerate(spec.outputs) if lvl == ELEM]
-    for n in order:
-        if n.level != ROW or n.digest in late or inline(n) or _group(n) == "reduce_row":
+    # row-level values: each after the loop that produced its reductions
+    reads = set(p.reads)
+    row_begin = ["__start = __r * __C", "__end = min(__start + __C, __n)"]
+    row_begin += [f"__e_{n.attr} = in_{n.attr}[__start:__end]" for n in spec.inputs
+                 if n.level == ELEM and n.attr in reads]
+    row_begin += [f"__o{j} = out_{j}[__start:__end]" for j in p.writes if spec.outputs[j][1] == ELEM]
+    for n in p.nodes:
+        if n.level != ROW or inline(n) or _group(n) == "reduce_row":
             continue
-        p = phase[n.digest]
-        (row_begin if p == 0 else after.setdefault(p - 1, [])).append(line(n))
-    pre = []
-    for n in order:
-        if n.level != SCALAR or n.digest in late or inline(n):
-            continue
-        if not _early(n, late):
-            pre.append(line(n))
-            continue
-        # prelude: fold the per-row values over all rows, in float64
-        prim, v, arg = PRIMS[n.op], names[n.digest], n.args[0]
-        rows = [m for m in toposort([arg]) if m.level == ROW and not inline(m)]
-        pre += [f"{v} = __np.float64({prim.init})", "for __r in range(__R):", "    __start = __r * __C"]
-        pre += [f"    {line(m)}" for m in rows]
-        pre += [f"    {v} = " + (prim.fold or prim.combine).format(names[arg.digest], acc=v), f"{v} = __F({v})"]
-    folds = []  # whole-tensor reductions: combine the per-row partials in float64
-    for n in spec.reduce_all:
-        prim, k, v = PRIMS[n.op], part_index[n.digest], names[n.digest]
-        folds += [f"{v} = __np.float64({prim.init})", "for __q in range(__R):",
-                  f"    {v} = " + (prim.fold or prim.combine).format(f"__part[{k}, __q]", acc=v), f"{v} = __F({v})"]
-    post = folds + [line(n) for n in order if n.digest in late and _group(n) != "reduce_all" and not inline(n)]
-    post += post_lines
-    args = [f"in_{n.attr}" for n in spec.inputs] + [f"p_{n.attr}" for n in spec.params] + out_args
-    return _ENV.get_template("kernel.py.j2").render(
-        key=spec.key, graph_comment=[spec.label, f"mathlib {_MATHLIB}"], dtype=spec.dtype, parallel=parallel,
-        fastmath=repr(sorted(KERNEL_FASTMATH)).replace("[", "{").replace("]", "}"), cache=cache, args=args, pre=pre,
-        row_begin=row_begin, loops=_passes(loops, after, nloops), row_end=row_end, post=post)
+        d = depth[n.digest]
+        (row_begin if d == 0 else after.setdefault(d - 1, [])).append(line(n))
+    return dict(row_begin=row_begin, loops=_loops(loops, after, nloops), row_end=row_end)
 
 
-def _passes(loops, after, nloops):
-    """The row's passes in order: per phase, its loops, then the row values that need them."""
-    passes = []
+def _loops(loops, after, nloops):
+    """The row's loops in order: per depth, its loops, then the row values that need them."""
+    out = []
     for k in range(nloops):
         for key in sorted(sub for sub in loops if sub[0] == k):
             lp = loops[key]
-            passes.append({"init": lp["init"], "body": lp["body"], "after": []})
-        if passes:
-            passes[-1]["after"] += after.get(k, [])
-    return passes
+            out.append({"init": lp["init"], "body": lp["body"], "after": []})
+        if out:
+            out[-1]["after"] += after.get(k, [])
+    return out

@@ -258,10 +258,90 @@ class DPO(torch.nn.Module):
         return -F.logsigmoid(self.beta * margin).mean()
 
 
+# -- whole-tensor statistics feeding per-element work: a kernel of several passes ----------------
+@autogen_loss
+class SoftDice(torch.nn.Module):
+    """Soft Dice over the whole tensor (segmentation): every element's gradient needs the sums."""
+    def forward(self, logits, target):
+        p = torch.sigmoid(logits)
+        return 1 - (2 * (p * target).sum() + 1) / (p.sum() + target.sum() + 1)
+
+
+@autogen_loss
+class Jaccard(torch.nn.Module):
+    def forward(self, logits, target):
+        p = torch.sigmoid(logits)
+        inter = (p * target).sum()
+        return 1 - (inter + 1) / (p.sum() + target.sum() - inter + 1)
+
+
+@autogen_loss
+class Tversky(torch.nn.Module):
+    def __init__(self, alpha=0.3, beta=0.7):
+        super().__init__()
+        self.alpha, self.beta = alpha, beta
+
+    def forward(self, logits, target):
+        p = torch.sigmoid(logits)
+        tp = (p * target).sum()
+        fp = (p * (1 - target)).sum()
+        fn = ((1 - p) * target).sum()
+        return 1 - (tp + 1) / (tp + self.alpha * fp + self.beta * fn + 1)
+
+
+@autogen_loss
+class FocalTversky(torch.nn.Module):
+    def __init__(self, alpha=0.3, beta=0.7, gamma=0.75):
+        super().__init__()
+        self.alpha, self.beta, self.gamma = alpha, beta, gamma
+
+    def forward(self, logits, target):
+        p = torch.sigmoid(logits)
+        tp = (p * target).sum()
+        ti = (tp + 1) / (tp + self.alpha * (p * (1 - target)).sum() + self.beta * ((1 - p) * target).sum() + 1)
+        return (1 - ti) ** self.gamma
+
+
+@autogen_loss
+class NormalizedMSE(torch.nn.Module):
+    def forward(self, pred, target):
+        return ((pred - target) ** 2).sum() / (target ** 2).sum()
+
+
+@autogen_loss
+class Pearson(torch.nn.Module):
+    """1 - Pearson correlation over the whole tensor: centred by the means, scaled by the norms."""
+    def forward(self, pred, target):
+        a, b = pred - pred.mean(), target - target.mean()
+        return 1 - (a * b).sum() / (torch.sqrt((a * a).sum()) * torch.sqrt((b * b).sum()) + 1e-8)
+
+
+@autogen_loss
+class MaskedMean(torch.nn.Module):
+    def forward(self, pred, target, mask):
+        return (F.smooth_l1_loss(pred, target, reduction="none") * mask).sum() / mask.sum().clamp(min=1)
+
+
+@autogen_loss
+class CenteredMSE(torch.nn.Module):
+    """A per-element loss after a whole-tensor reduction: squared errors less their mean."""
+    def forward(self, pred, target):
+        err = F.mse_loss(pred, target, reduction="none")
+        return (err - err.mean()).abs().mean()
+
+
+@autogen_loss
+class ClassBalancedBCE(torch.nn.Module):
+    """Multi-label BCE weighted per class by the inverse of its positives in the batch (a sum over dim 0)."""
+    def forward(self, logits, target):
+        w = 1 / (target.sum(0) + 1)
+        return (F.binary_cross_entropy_with_logits(logits, target, reduction="none") * w).mean()
+
+
 @dataclass(frozen=True)
 class Entry:
     cls: type
-    kind: str        # 'reg' | 'cls' | 'soft' | 'pair' | 'binary' | 'three' | 'pairs' | 'pref'
+    kind: str        # 'reg' | 'cls' | 'soft' | 'pair' | 'binary' | 'three' | 'pairs' | 'pref' | 'masked'
     diff: tuple      # inputs that get gradients
 
 
@@ -276,7 +356,11 @@ CORPUS = [
     Entry(BinaryFocal, "binary", (0,)), Entry(Asymmetric, "binary", (0,)), Entry(SmoothBCE, "binary", (0,)),
     Entry(SquaredHinge, "binary", (0,)), Entry(CosineSimilarityLoss, "pair", (0, 1)),
     Entry(Contrastive, "pairs", (0, 1)), Entry(DPO, "pref", (0, 1)),
+    Entry(SoftDice, "binary", (0,)), Entry(Jaccard, "binary", (0,)), Entry(Tversky, "binary", (0,)),
+    Entry(FocalTversky, "binary", (0,)), Entry(NormalizedMSE, "reg", (0, 1)), Entry(Pearson, "reg", (0, 1)),
+    Entry(MaskedMean, "masked", (0,)), Entry(CenteredMSE, "reg", (0, 1)), Entry(ClassBalancedBCE, "binary", (0,)),
 ]
+PASSES = CORPUS[-9:]  # the entries whose kernels run several passes (whole-tensor sums feed elements)
 
 
 def make(kind, dtype, rows, cols, generator=None):
@@ -297,6 +381,8 @@ def make(kind, dtype, rows, cols, generator=None):
         return [randn(rows, cols), randn(rows, cols)]
     if kind == "binary":
         return [randn(rows, cols) * 2, torch.randint(0, 2, (rows, cols), generator=g).to(dtype)]
+    if kind == "masked":
+        return [randn(rows, cols), randn(rows, cols), torch.randint(0, 2, (rows, cols), generator=g).to(dtype)]
     if kind == "pairs":
         return [randn(rows, cols), randn(rows, cols), torch.randint(0, 2, (rows,), generator=g).to(dtype)]
     if kind == "pref":

@@ -468,6 +468,9 @@ def fused_plan(graph, needs, dtype, store=None):
             mapping = {holders[k].digest: cots[k] for k in used_k}
         elif len(used_k) == 1:
             mapping, scale = {holders[used_k[0]].digest: const(1.0)}, cots[used_k[0]]
+        elif used_k:  # several late sums (Dice's): the forward kernel writes the gradients in a later pass
+            grads = vjp([loss], [const(1.0)], leaves)  # (not through holders: a sum may feed another)
+            present, mapping = [g for g in grads if g is not None], {}
         if mapping is not None:
             new = iter(substitute(present, mapping)) if present else iter(())
             grads = [None if g is None else next(new) for g in grads]

@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import executor, functional as F
+from . import executor, functional as F, schedule
 from . import nn as agnn
 from .codegen import render
 from .policies import get_policy, record
@@ -28,10 +28,13 @@ class Explanation:
     graph: str
     calls: list
     sources: dict = field(default_factory=dict)
+    passes: dict = field(default_factory=dict)  # kernel label -> one line per pass (what it reads, reduces, writes)
 
     def __str__(self):
         lines = [f"loss {self.loss} under policy {self.policy}", "", "primitive graph:", self.graph, "", "paths:"]
         lines += [f"  {c.phase:8s} {c.op:34s} {c.path:11s} fused={c.fused}  ({c.reason})" for c in self.calls]
+        for label, passes in self.passes.items():
+            lines += ["", f"passes ({label}):"] + [f"  {p}" for p in passes]
         for label, src in self.sources.items():
             lines += ["", f"generated source ({label}):", src]
         return "\n".join(lines)
@@ -83,7 +86,7 @@ def explain(name_or_module, *example_inputs, **options):
     needs = getattr(prob, "needs", None) or needs + (False,) * (len(prob.graph.inputs) - len(needs))  # its own: a
     # loss after a linear layer (linear_loss.ChunkedLoss), whose first input is the logits
     plan = fused_plan(prob.graph, needs, prob.dtype)
-    sources = {plan.forward.label: render(plan.forward)}
-    if plan.backward is not None:
-        sources[plan.backward.label] = render(plan.backward)
-    return Explanation(label, get_policy(), plan.forward.graph_text(), rec.calls, sources)
+    specs = [plan.forward] + ([plan.backward] if plan.backward is not None else [])
+    sources = {spec.label: render(spec) for spec in specs}
+    passes = {spec.label: schedule.build(spec).describe(spec) for spec in specs}
+    return Explanation(label, get_policy(), plan.forward.graph_text(), rec.calls, sources, passes)

@@ -8,14 +8,14 @@ from typing import Callable, Optional
 
 import torch
 
-from .ir import COL, SCALAR, apply as A, iota
+from .ir import COL, ROW, SCALAR, apply as A, iota
 
 
 @dataclass(frozen=True)
 class Prim:
     name: str
     arity: int
-    group: str            # elementwise | reduce_row | reduce_all | gather | identity
+    group: str            # elementwise | reduce_row | reduce_all | reduce_col | gather | identity
     numba: str            # expression over argument names {0}, {1}, {2}
     torch: Callable       # reference on broadcastable tensors
     grad: Callable        # (cotangent, out, *args) -> one cotangent (or None) per argument
@@ -33,7 +33,7 @@ class Prim:
 
     def infer(self, args):
         """Level and kind of this op applied to `args`."""
-        if self.group in ("reduce_row", "reduce_all") and self.name.startswith("sum") and args[0].kind == "b":
+        if self.group.startswith("reduce") and self.name.startswith("sum") and args[0].kind == "b":
             raise ValueError(f"{self.name}: a sum of booleans is a count; convert the mask to float first")
         if self.group == "reduce_row":
             if not args[0].level & COL:
@@ -41,6 +41,10 @@ class Prim:
             level = args[0].level & ~COL
         elif self.group == "reduce_all":
             level = SCALAR
+        elif self.group == "reduce_col":  # over the rows (dim 0): a per-column value
+            if not args[0].level & ROW:
+                raise ValueError(f"{self.name}: argument must vary along the rows")
+            level = args[0].level & ~ROW
         elif self.group == "gather":
             x, idx = args
             if x.op != "input" or not x.level & COL or idx.kind != "i" or idx.level & COL:
@@ -264,6 +268,8 @@ _prim("max_row", 1, "reduce_row", "", lambda x: x.amax(-1, keepdim=True), _reduc
 _prim("sum_all", 1, "reduce_all", "", lambda x: x.sum(), lambda g, o, x: (g,),
       init="__zero", combine="({acc} + {0})")
 _prim("max_all", 1, "reduce_all", "", lambda x: x.amax(), _reduce_max_grad, **_MAX)
+_prim("sum_col", 1, "reduce_col", "", lambda x: x.sum(-2, keepdim=True), lambda g, o, x: (g,),
+      init="__zero", combine="({acc} + {0})")
 # -- indexing: x[row, idx[row]]; its gradient scatters g to column idx of a zero row ---------
 _prim("gather", 2, "gather", "{0}[{base}{1}]",
       lambda x, i: x.expand(i.shape[0], -1).gather(-1, i),

@@ -276,8 +276,13 @@ class _Lowering:
             node = A(f"{kind}_row", x.node)
             axes = tuple(a for d, a in enumerate(x.axes) if d not in dims) if not keepdim else tuple(
                 None if d in dims else a for d, a in enumerate(x.axes))
+        elif kind == "sum" and self.k in present and reduced == present - {self.k}:
+            # over every leading (batch) dimension: a per-column value (class-balanced weights' t.sum(0))
+            node = A("sum_col", x.node)
+            axes = tuple(a for d, a in enumerate(x.axes) if d not in dims) if not keepdim else tuple(
+                None if d in dims else a for d, a in enumerate(x.axes))
         else:
-            raise _Unsupported(f"a {kind} over dimensions {dims} (only the last, or all)", "")
+            raise _Unsupported(f"a {kind} over dimensions {dims} (only the last, the leading ones, or all)", "")
         if mean:
             node = node * self._param(1.0 / count) if count else node * float("nan")
         return V(node, shape, axes)

@@ -190,12 +190,12 @@ def test_prelu_with_a_constant_weight_fuses():
     _compare(_module("PreluConst", lambda self, a: TF.prelu(a, self.w), "plus", {"w": w}), [x], torch.float64)
 
 
-def test_whole_mean_beside_per_element_runs_eagerly():
-    """A per-element loss plus a whole-tensor mean needs the mean before any element's value: not one fused
-    kernel yet; it warns once and runs eagerly."""
+def test_whole_mean_beside_per_element_fuses():
+    """A per-element loss plus a whole-tensor mean needs the mean before any element's value: a kernel of
+    two passes (tests/test_schedules.py)."""
     x, t = torch.randn(6, 7, requires_grad=True), torch.randn(6, 7)
     whole = _module("NoneAndMean", lambda self, a, b: TF.mse_loss(a, b, reduction="none") + (a * a).mean(), "alone")
-    _compare(whole, [x, t], torch.float32, "whole-tensor reduction")
+    _compare(whole, [x, t], torch.float32)
 
 
 # -- the issue's losses ------------------------------------------------------------------------------

@@ -1,0 +1,167 @@
+"""The schedule of one kernel: its passes over the rows, and what each pass reads, computes, writes and reduces.
+
+A kernel is one or more passes, each a loop over rows (parallel over rows for large inputs). A value's
+stage is how many whole-tensor reductions must finish before it is known: per-element work of stage s
+runs in pass s, a whole-tensor reduction of a stage-s value writes one partial per row in pass s, and
+the partials are folded in row order (float64) after that pass, so results do not depend on the thread
+count. A sum over the rows (dim 0: a per-column value) is accumulated per fixed chunk of rows in its
+pass and the chunks folded in order after it. Scalar arithmetic on the folded sums runs between passes. A per-element value a later pass
+needs again is recomputed there (not stored): a pass re-reads its inputs. Within a pass, row
+reductions (softmax's max and sum) nest as loops over the row: a value's depth (codegen renders them).
+"""
+from dataclasses import dataclass, field
+
+from .ir import COL, ELEM, ROW, SCALAR, toposort
+from .primitives import PRIMS
+
+
+def group(node):
+    return PRIMS[node.op].group if node.op in PRIMS else "leaf"
+
+
+def late_set(nodes):
+    """Digests of the nodes that need a whole-tensor reduction only known after a pass over the rows.
+
+    A sum over rows of per-row values that need no reduction themselves (summed weights of the
+    targets, say) is early: the kernel computes it in a prelude over the rows, so what depends on
+    it (the 1/sum(w) of a weighted mean) can be used in the first pass.
+    """
+    late = {}
+    for n in toposort(nodes):
+        g = group(n)
+        if g == "reduce_col":  # a sum over the rows: known after a whole pass
+            late[n.digest] = True
+        elif g == "reduce_all":
+            arg = n.args[0]
+            early = not arg.level & COL and not any(group(m).startswith("reduce") for m in toposort([arg]))
+            late[n.digest] = not early or late[arg.digest]
+        else:
+            value_args = n.args[:1] if g == "identity" else n.args
+            late[n.digest] = any(late[a.digest] for a in value_args)
+    return {d for d, v in late.items() if v}
+
+
+def is_early(node, late):
+    return group(node) == "reduce_all" and node.digest not in late
+
+
+def stages(order, late):
+    """digest -> the pass from which a value is known (late whole-tensor reductions add one)."""
+    stage = {}
+    for n in order:
+        g = group(n)
+        if g == "reduce_col" or g == "reduce_all" and n.digest in late:
+            stage[n.digest] = stage[n.args[0].digest] + 1
+        elif g == "identity":
+            stage[n.digest] = stage[n.args[0].digest]
+        else:
+            stage[n.digest] = max([stage[a.digest] for a in n.args], default=0)
+    return stage
+
+
+def depths(order):
+    """digest -> how many nested row reductions a value waits on within its pass (0: none)."""
+    depth = {}
+    for n in order:
+        g = group(n)
+        if g in ("reduce_all", "reduce_col"):  # known before the pass that reads it
+            depth[n.digest] = 0
+        elif g == "reduce_row":
+            depth[n.digest] = depth[n.args[0].digest] + 1
+        elif g == "identity":  # only the first argument is a value; the rest steer gradients
+            depth[n.digest] = depth[n.args[0].digest]
+        else:
+            depth[n.digest] = max([depth[a.digest] for a in n.args], default=0)
+    return depth
+
+
+@dataclass
+class Pass:
+    """One loop over the rows."""
+    index: int
+    scalars: list = field(default_factory=list)  # scalar values (and folds of reductions) computed before it
+    nodes: list = field(default_factory=list)    # per-row and per-element values it computes, graph order
+    reduces: list = field(default_factory=list)  # whole-tensor reductions whose per-row partials it writes
+    col_reduces: list = field(default_factory=list)  # sums over the rows it accumulates (per chunk of rows)
+    writes: list = field(default_factory=list)   # indices of the outputs it writes
+    reads: list = field(default_factory=list)    # names of the inputs it reads
+
+
+@dataclass
+class Schedule:
+    prelude: list           # early whole-tensor reductions (folded over per-row values before the passes)
+    passes: list            # Pass, in order
+    post: list              # scalar values (and folds) after the last pass
+    scalar_outputs: list    # indices of outputs written at the end
+    stage: dict
+    depth: dict
+
+    def describe(self, spec):
+        """One line per pass: what it reads, computes, reduces and writes."""
+        names = {n.digest: f"%{i}" for i, n in enumerate(spec.order)}
+        outs = [f"out{j}" for j in range(len(spec.outputs))]
+        lines = []
+        if self.prelude:
+            lines.append("prelude: sums over per-row values " + ", ".join(names[n.digest] for n in self.prelude))
+        for p in self.passes:
+            parts = [f"pass {p.index}:"]
+            if p.scalars:
+                parts[0] += " first the scalars " + ", ".join(names[n.digest] for n in p.scalars) + ";"
+            parts[0] += f" reads {', '.join(p.reads) or 'nothing'}"
+            if p.reduces or p.col_reduces:
+                parts.append("reduces " + ", ".join(f"{names[n.digest]} = {n.op}({names[n.args[0].digest]})"
+                                                    for n in p.reduces + p.col_reduces))
+            if p.writes:
+                parts.append("writes " + ", ".join(outs[j] for j in p.writes))
+            lines.append("; ".join(parts))
+        if self.scalar_outputs or self.post:
+            scalars = "the scalars " + ", ".join(names[n.digest] for n in self.post) + "; " if self.post else ""
+            lines.append(f"end: {scalars}writes " + ", ".join(outs[j] for j in self.scalar_outputs))
+        return lines
+
+
+def _inline(n):
+    """Leaves used in place (params, constants, whole-tensor inputs) and identities (aliases)."""
+    return n.op in ("param", "const") or (n.op == "input" and n.level == SCALAR) or group(n) == "identity"
+
+
+def build(spec):
+    """The passes of `spec`'s kernel: a pass per stage of its per-element work."""
+    order, late = spec.order, spec.late
+    stage, depth = stages(order, late), depths(order)
+    sinks = {}  # pass -> nodes it must produce
+    for j, (n, level) in enumerate(spec.outputs):
+        if level != SCALAR:
+            sinks.setdefault(stage[n.digest], []).append(n)
+    late_sums = [n for n in order if group(n) == "reduce_all" and n.digest in late]
+    col_sums = [n for n in order if group(n) == "reduce_col"]
+    for n in late_sums + col_sums:
+        sinks.setdefault(stage[n.args[0].digest], []).append(n.args[0])
+    count = max(sinks, default=0) + 1
+    passes = [Pass(k) for k in range(count)]
+    prelude, post = [], []
+    for n in order:
+        if n.level != SCALAR or _inline(n):
+            continue
+        if is_early(n, late):
+            prelude.append(n)
+        s = stage[n.digest]
+        (passes[s].scalars if s < count else post).append(n)
+    for p in passes:
+        need, stack = set(), list(sinks.get(p.index, []))
+        while stack:  # the non-scalar values the pass's sinks are made of (scalars are known before it)
+            n = stack.pop()
+            if n.level == SCALAR or n.digest in need:
+                continue
+            need.add(n.digest)
+            if group(n) != "reduce_col":  # a sum over the rows is read from its pass's result
+                stack.extend(n.args[:1] if group(n) == "identity" else n.args)
+        p.nodes = [n for n in order if n.digest in need]
+        p.reduces = [n for n in late_sums if stage[n.args[0].digest] == p.index]
+        p.col_reduces = [n for n in col_sums if stage[n.args[0].digest] == p.index]
+        p.reads = sorted({n.attr for n in p.nodes if n.op == "input"})
+    for j, (n, level) in enumerate(spec.outputs):
+        if level != SCALAR:
+            passes[stage[n.digest]].writes.append(j)
+    scalar_outputs = [j for j, (n, level) in enumerate(spec.outputs) if level == SCALAR]
+    return Schedule(prelude, passes, post, scalar_outputs, stage, depth)

@@ -1,0 +1,110 @@
+"""Kernels of several passes: whole-tensor reductions that later per-element work reads (overlap losses,
+losses normalized by batch statistics). The corpus's PASSES entries (also held to eager torch by
+test_corpus.py at 12 x 9) at sizes 0, 1 and odd, on non-contiguous inputs, with 1 and 2 threads; a sum
+over the batch dimension (class-balanced weights) is one more pass."""
+import warnings
+
+import pytest
+import torch
+
+import autogen
+from autogen import compiler, executor, schedule
+from autogen.codegen import KernelSpec
+from autogen.corpus import PASSES, SoftDice, make
+from autogen.ir import ELEM, SCALAR, apply as A, const, input as inp
+from cases import tolerances
+
+BY_NAME = {e.cls.__name__: e for e in PASSES}
+
+
+def _run(entry, args, dtype, gout=1.5):
+    """Fused vs eager: values and gradients, one fused kernel forward and one backward recorded."""
+    eager_in = [a.clone().requires_grad_(i in entry.diff) for i, a in enumerate(args)]
+    ours_in = [a.clone().requires_grad_(i in entry.diff) for i, a in enumerate(args)]
+    ref = entry.cls()(*eager_in)
+    want = torch.autograd.grad(ref * gout, [eager_in[i] for i in entry.diff])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a fallback warning fails the test
+        with autogen.policy("aggressive"), autogen.record() as rec:
+            out = entry.cls(use_autogen=True)(*ours_in)
+            got = torch.autograd.grad(out * gout, [ours_in[i] for i in entry.diff])
+    name = entry.cls.__name__
+    assert [(c.op, c.path, c.fused, c.phase) for c in rec.calls] == [
+        (name, "autogen", True, "forward"), (name, "autogen", True, "backward")]
+    tol = dict(tolerances(dtype), equal_nan=True)
+    torch.testing.assert_close(out, ref, **tol)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, **tol)
+    return out, got
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (1, 7), (13, 1), (7, 13)], ids=str)
+@pytest.mark.parametrize("name", ["SoftDice", "Pearson", "MaskedMean", "CenteredMSE", "ClassBalancedBCE"])
+def test_sizes(name, shape):
+    entry = BY_NAME[name]
+    _run(entry, make(entry.kind, torch.float64, *shape), torch.float64)
+
+
+@pytest.mark.parametrize("name", ["Tversky", "Pearson", "MaskedMean", "ClassBalancedBCE"])
+def test_non_contiguous_inputs(name):
+    entry = BY_NAME[name]
+    args = [a.t() for a in make(entry.kind, torch.float64, 11, 6)]  # (6, 11) views, column-major
+    assert not args[0].is_contiguous()
+    _run(entry, args, torch.float64)
+
+
+@pytest.mark.parametrize("name", ["SoftDice", "Pearson", "ClassBalancedBCE"])
+def test_one_and_two_threads_give_identical_results(name, monkeypatch):
+    """The parallel kernel (rows in a prange) with numba on 1 and on 2 threads: per-row partials are folded
+    in row order, so the bits do not depend on the thread count."""
+    entry = BY_NAME[name]
+    args = make(entry.kind, torch.float32, 96, 1025, torch.Generator().manual_seed(0))
+    monkeypatch.setattr(executor, "_use_threads", lambda kernel, work, count: True)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    results = []
+    for threads in (2, 2, 1, 2, 1):  # the first calls run serially: the executor learns the kernel's speed
+        monkeypatch.setattr(executor, "_numba_threads", lambda want, t=threads: executor.numba.set_num_threads(t))
+        results.append(_run(entry, args, torch.float32))
+    assert any(parallel for _, parallel in compiler._kernels)  # the prange variant ran
+    par = results[2:]
+    for out, grads in par[1:]:
+        assert torch.equal(out, par[0][0])
+        assert all(torch.equal(g, w) for g, w in zip(grads, par[0][1]))
+
+
+def test_dice_is_two_passes_then_the_loss():
+    """Forward with its gradient: pass 0 sums p * t, p and t; pass 1 writes the gradient from them."""
+    x, t = inp("x", ELEM), inp("t", ELEM)
+    p = A("sigmoid", x)
+    loss = 1 - (2 * A("sum_all", p * t) + 1) / (A("sum_all", p) + A("sum_all", t) + 1)
+    (grad,) = executor.vjp([loss], [const(1.0)], [x])
+    spec = KernelSpec([(loss, SCALAR), (grad, ELEM)], "float64", "dice")
+    sched = schedule.build(spec)
+    assert len(sched.passes) == 2
+    assert [n.op for n in sched.passes[0].reduces] == ["sum_all"] * 3 and not sched.passes[0].writes
+    assert sched.passes[1].writes == [1] and not sched.passes[1].reduces and sched.scalar_outputs == [0]
+    assert sched.passes[0].reads == sched.passes[1].reads == ["t", "x"]
+
+
+def test_explain_prints_the_passes():
+    args = make("binary", torch.float64, 12, 9)
+    args[0].requires_grad_()
+    with autogen.policy("aggressive"):
+        text = str(autogen.explain(SoftDice(use_autogen=True), *args))
+    assert "passes (SoftDice forward+grad):" in text
+    assert "reads in0, in1; reduces" in text and "pass 1: first the scalars" in text and "writes out1" in text
+
+
+@autogen.autogen_loss
+class ColumnNormalized(torch.nn.Module):
+    """Per-column statistics that need a gradient: d/dx of x.mean(0) and of (x * x).sum(0) is a sum over the
+    rows of the cotangent (one more pass in the gradient)."""
+    def forward(self, x, y):
+        z = (x - x.mean(0)) / (x * x).sum(0, keepdim=True).sqrt()
+        return ((z - y) ** 2).mean()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_column_statistics_with_their_gradient(dtype):
+    from autogen.corpus import Entry
+    _run(Entry(ColumnNormalized, "reg", (0, 1)), make("reg", dtype, 9, 5), dtype)
