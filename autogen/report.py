@@ -125,10 +125,12 @@ def states(runs):
         return None
     per = [{(t["kind"], row["name"]): row["ratio"] for t in tables(run) if t["mode"] == "fwd+bwd"
             for row in t["rows"]} for run in runs]
-    keys = list(dict.fromkeys(k for p in per for k in p))
+    keys = [k for k in per[0] if all(k in p for p in per[1:])]  # what every state timed
     rows = [{"kind": k[0], "name": k[1], "cells": [(p.get(k, {}).get("eager"), p.get(k, {}).get("compile"))
                                                    for p in per]} for k in keys]
-    return {"labels": [state_label(run) for run in runs], "rows": rows}
+    return {"labels": [state_label(run) for run in runs], "rows": rows,
+            "runs": [(state_label(run), run["summary"].get("command", "?"), run["summary"].get("date", "?"))
+                     for run in runs]}
 
 
 def nonlinearity_states(run):
