@@ -289,3 +289,15 @@ def test_prelu_layouts(shape, weight_grad, dtype):
         torch.testing.assert_close(a, b)
     if x.numel():
         assert {c.path for c in rec.calls} == {"autogen"}, rec.calls
+
+
+def test_calm_calls_go_straight_to_torch():
+    """With no policy, record or trace block open (policies.calm) a call below the size table's limit is
+    torch's own op, options and in place included."""
+    assert autogen.policies.calm[0]
+    x = torch.randn(5, 7)
+    torch.testing.assert_close(AF.gelu(x, approximate="tanh"), TF.gelu(x, approximate="tanh"), rtol=0, atol=0)
+    torch.testing.assert_close(AF.threshold(x, 0.1, -2.0), TF.threshold(x, 0.1, -2.0), rtol=0, atol=0)
+    y = x.clone()
+    assert AF.leaky_relu(y, 0.2, inplace=True) is y
+    torch.testing.assert_close(y, TF.leaky_relu(x, 0.2), rtol=0, atol=0)
