@@ -29,16 +29,25 @@ def _first_reduction(case):
     return next(r for r in ("batchmean", "mean", "none") if r in case.reductions)
 
 
-# each loss once, and the weighted cases (torch's mse and l1 with a weight are not on autocast's list): the
-# dtype is the loss's rule, the kernels are float32 ones (shared by both autocast dtypes)
+# each loss once, and the weighted cases (torch's mse and l1 with a weight are not on autocast's list). The
+# dtype is decided before a path is: these run on the fused kernel (a float32 one, shared by both autocast
+# dtypes), the others on torch ops (policy disabled: no kernel to compile)
 AUTOCAST_CASES = [c for k, c in enumerate(CASES) if c.name not in [d.name for d in CASES[:k]] or c.label == "weight"]
+AUTOCAST_FUSED = {"mse_loss", "cross_entropy", "binary_cross_entropy_with_logits", "gaussian_nll_loss", "kl_div",
+                  "prelu", "relu", "gelu", "glu"}
+
+
+def _autocast_path(name):
+    if name in AUTOCAST_FUSED:
+        return {"policy": "aggressive", "paths": {"autogen"}}
+    return {"policy": "disabled", "paths": {"fallback", "handwritten"}}
 
 
 @pytest.mark.parametrize("dtype", LOW, ids=str)
 @pytest.mark.parametrize("case", AUTOCAST_CASES, ids=lambda c: c.id)
 def test_autocast_loss_dtype(case, dtype):
     """Under autocast: float32 where torch computes in float32 (its float32 list), the inputs' dtype elsewhere;
-    gradients in each input's dtype. Ours on the fused kernel, against torch under the same autocast."""
+    gradients in each input's dtype. Ours against torch under the same autocast."""
     args, kwargs = case.build(torch.float32)
     args = _low(args, dtype)
     kwargs = {k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
@@ -46,7 +55,7 @@ def test_autocast_loss_dtype(case, dtype):
     red = _first_reduction(case)
     got = compare(_autocast(lambda *a: getattr(AF, case.name)(*a, reduction=red, use_autogen=True, **kwargs), dtype),
                   _autocast(lambda *a: getattr(TF, case.name)(*a, reduction=red, **kwargs), dtype), args,
-                  paths={"autogen"}, fused=True)
+                  **_autocast_path(case.name))
     assert got.out.dtype == got.ref.dtype
 
 
@@ -56,7 +65,7 @@ def test_autocast_nonlinearity_dtype(name, dtype):
     """Nonlinearities follow their input under autocast, float32 too; prelu is on the lower-precision list."""
     args = [(torch.randn(4, 6) * 3).requires_grad_()] + ([torch.rand(6).requires_grad_()] if name == "prelu" else [])
     got = compare(_autocast(lambda *a: getattr(AF, name)(*a, **NONLINEAR[name]), dtype),
-                  _autocast(lambda *a: getattr(TF, name)(*a, **NONLINEAR[name]), dtype), args, paths={"autogen"},
+                  _autocast(lambda *a: getattr(TF, name)(*a, **NONLINEAR[name]), dtype), args, **_autocast_path(name),
                   grad_mask=lambda i, a: torch.tensor(i == 0))  # prelu's weight: below, at the low tolerance
     assert got.out.dtype == got.ref.dtype
     if name == "prelu":  # torch sums the float32 weight's gradient in `dtype`, its float32 result rounded so
