@@ -148,6 +148,31 @@ def nonlinearity_states(run):
             "geo": [_geo([r.get(f"{st} {mode} eager_over_{v}") for r in rows]) for st, mode, v in cols]}
 
 
+def dtypes(out):
+    """dtypes.json (`autogen bench`'s float32/bfloat16/float16 table): per allocator state and name, eager / ours per
+    dtype and ours' 16-bit time over its float32 time."""
+    path = os.path.join(out, "dtypes.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        data = json.load(f)
+    states = data["states"]
+    dts = list(dict.fromkeys(k[:-len(" ours")] for rows in states.values() for r in rows for k in r
+                             if k.endswith(" ours")))
+    rows = []
+    for k, first in enumerate(next(iter(states.values()))):
+        cells = []
+        for st_rows in states.values():
+            r = st_rows[k]
+            cells += [r[f"{dt} eager"] / r[f"{dt} ours"] if f"{dt} ours" in r else None for dt in dts]
+            cells += [r[f"{dt} ours"] / r[f"{dts[0]} ours"] if f"{dt} ours" in r and f"{dts[0]} ours" in r else None
+                      for dt in dts[1:]]
+        rows.append({"kind": first["kind"], "name": first["name"], "cells": cells})
+    cols = [c for st in states for c in [f"{st}: eager / ours, {dt}" for dt in dts]
+            + [f"{st}: ours {dt} / ours {dts[0]}" for dt in dts[1:]]]
+    return {"elements": data.get("elements"), "threads": data.get("threads"), "cols": cols, "rows": rows}
+
+
 def linear_ce(out):
     """Rows of `python benchmarks/bench_linear_ce.py --json DIR/linear_ce*.json` runs found in the results folder."""
     rows = []
@@ -276,6 +301,7 @@ def context(runs, doc):
     return {"s": s, "run": run, "tables": tables(run), "small": small(run), "sweeps": sweeps(run),
             "states": states(runs), "custom": run["custom"], "thresholds": thresholds(),
             "nl_states": nonlinearity_states(run), "linear_ce": linear_ce(os.path.dirname(run["path"])),
+            "dtypes": dtypes(os.path.dirname(run["path"])),
             "threshold_env": os.environ.get("AUTOGEN_SMALL_ELEMENTS"), "nl_thresholds": nl_thresholds(),
             "custom_geo": _geo([r.get("eager_over_fused") for r in run["custom"]]),
             "custom_geo_compile": _geo([r.get("compile_over_fused") for r in run["custom"]]),
