@@ -6,7 +6,7 @@ ignore_index, label_smoothing, 1/n) are runtime params, so changing them never r
 """
 import functools
 
-from .executor import LossGraph
+from .executor import ALL, LossGraph
 from .ir import COL, ELEM, ROW, SCALAR, apply as A, input as inp, iota, param
 
 x_elem = functools.partial(inp, level=ELEM)
@@ -15,20 +15,23 @@ x_elem = functools.partial(inp, level=ELEM)
 TORCH_EPSILON = 9.999999960041972e-13
 
 
-def _reduce(name, mode, inputs, per_item, level, reduction, weight_sum=None):
+def _reduce(name, mode, inputs, per_item, level, reduction, weight_sum=None, saves=ALL):
     """Apply torch's reduction: 'none' keeps per-item losses; 'sum'/'mean' reduce to a scalar.
 
     Unweighted mean and sum share one graph: mean is the sum times the param `scale` (1/n).
     A weighted mean divides by the summed weights instead, as torch does.
+    `saves`: the inputs torch's autograd keeps for this loss (ALL, or names), whatever the reduction:
+    an in-place change to one of them between forward and backward raises in torch, to any other
+    is legal (tests/test_autograd.py checks each case against torch).
     """
     if reduction == "none":
-        return LossGraph(name, mode, tuple(inputs), per_item, level)
+        return LossGraph(name, mode, tuple(inputs), per_item, level, saves=saves)
     total = A("sum_all", per_item)
     if reduction == "mean" and weight_sum is not None:
         loss = total / A("sum_all", weight_sum)
     else:
         loss = total * param("scale")
-    return LossGraph(name, mode, tuple(inputs), loss, SCALAR)
+    return LossGraph(name, mode, tuple(inputs), loss, SCALAR, saves=saves)
 
 
 @functools.lru_cache(maxsize=None)
@@ -63,7 +66,9 @@ def pointwise(name, reduction, weighted):
         item = item * w
         # torch: weighted mse/l1 means divide by sum(weight); weighted huber means divide by n
         wsum = w if name in ("mse_loss", "l1_loss") else None
-    return _reduce(name, "flat", inputs, item, ELEM, reduction, wsum)
+    # torch's mse and l1 with a weight are compositions keeping only the weight; l1 keeps nothing
+    saves = ("weight",) if weighted and name in ("mse_loss", "l1_loss") else () if name == "l1_loss" else ALL
+    return _reduce(name, "flat", inputs, item, ELEM, reduction, wsum, saves)
 
 
 @functools.lru_cache(maxsize=None)
@@ -148,7 +153,7 @@ def cross_entropy(reduction, weighted, smoothing):
         smooth = -A("sum_row", logp * w if weighted else logp)
         # torch: (1 - eps) * nll + eps / C * smooth, both over the same denominator for 'mean'
         item = (1.0 - param("eps")) * item + param("eps_over_c") * A("where", valid, smooth, 0.0)
-    return _reduce("cross_entropy", "row", [x] + inputs, item, ROW, reduction, wt)
+    return _reduce("cross_entropy", "row", [x] + inputs, item, ROW, reduction, wt, ("target", "weight"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -167,7 +172,8 @@ def cross_entropy_probs(reduction, weighted, smoothing):
         inputs.append(w)
         prod = prod * w
     item = -A("sum_row", prod)
-    return _reduce("cross_entropy", "row", inputs, item, ROW, reduction)
+    saves = ("weight",) if smoothing else ("target", "weight")  # log_softmax keeps its result, not x
+    return _reduce("cross_entropy", "row", inputs, item, ROW, reduction, saves=saves)
 
 
 # -- the other ten ---------------------------------------------------------------------------
@@ -183,7 +189,7 @@ def gaussian_nll_loss(reduction):
     vc = A("gradfix", A("detach", A("maximum", v, param("eps"))), v, 1.0)
     d = x - t
     item = 0.5 * (A("log", vc) + d * d / vc) + param("const")  # const: 0.5 log(2 pi) when full, else 0
-    return _reduce("gaussian_nll_loss", "flat", [x, t, v], item, ELEM, reduction)
+    return _reduce("gaussian_nll_loss", "flat", [x, t, v], item, ELEM, reduction, saves=())
 
 
 @functools.lru_cache(maxsize=None)
@@ -191,7 +197,7 @@ def hinge_embedding_loss(reduction):
     x, t = x_elem("input"), x_elem("target")
     item = (A("where", A("ne", t, 1.0), _clamp_min(param("margin") - x), 0.0)
             + A("where", A("ne", t, -1.0), x, 0.0))
-    return _reduce("hinge_embedding_loss", "flat", [x, t], item, ELEM, reduction)
+    return _reduce("hinge_embedding_loss", "flat", [x, t], item, ELEM, reduction, saves=())
 
 
 @functools.lru_cache(maxsize=None)
@@ -205,14 +211,14 @@ def kl_div(reduction, log_target):
         tlogt = A("where", A("eq", t, 0.0), 0.0, t * A("log", t))
         dt = A("where", A("eq", t, 0.0), 0.0, A("log", t)) + t / t - x
         item = A("gradfix", A("gradfix", A("detach", tlogt - t * x), x, -t), t, dt)
-    return _reduce("kl_div", "flat", [x, t], item, ELEM, reduction)
+    return _reduce("kl_div", "flat", [x, t], item, ELEM, reduction, saves=() if log_target else ALL)
 
 
 @functools.lru_cache(maxsize=None)
 def margin_ranking_loss(reduction):
     a, b, y = x_elem("input1"), x_elem("input2"), x_elem("target")
     item = _clamp_min(-y * (a - b) + param("margin"))
-    return _reduce("margin_ranking_loss", "flat", [a, b, y], item, ELEM, reduction)
+    return _reduce("margin_ranking_loss", "flat", [a, b, y], item, ELEM, reduction, saves=())
 
 
 @functools.lru_cache(maxsize=None)
@@ -225,7 +231,8 @@ def poisson_nll_loss(reduction, log_input, full):
     if full:
         stirling = t * A("log", t) - t + 0.5 * A("log", 6.283185307179586 * t)
         item = item + A("where", A("le", t, 1.0), 0.0, stirling)
-    return _reduce("poisson_nll_loss", "flat", [x, t], item, ELEM, reduction)
+    return _reduce("poisson_nll_loss", "flat", [x, t], item, ELEM, reduction,
+                   saves=ALL if log_input else ("target",))
 
 
 def _log_sigmoid(x):
@@ -294,7 +301,7 @@ def triplet_margin_loss(reduction, p, swap):
     if swap:
         d_neg = A("minimum", d_neg, _pnorm(pos - neg + eps, p))
     per_row = _clamp_min(param("margin") + d_pos - d_neg)
-    return _reduce("triplet_margin_loss", "row", [a, pos, neg], per_row, ROW, reduction)
+    return _reduce("triplet_margin_loss", "row", [a, pos, neg], per_row, ROW, reduction, saves=())
 
 
 @functools.lru_cache(maxsize=None)
@@ -304,4 +311,5 @@ def cosine_embedding_loss(reduction):
     cos = A("sum_row", a * b) / A("sqrt", (A("sum_row", a * a) + eps) * (A("sum_row", b * b) + eps))
     per_row = (A("where", A("eq", y, 1.0), 1.0 - cos, 0.0)
                + A("where", A("eq", y, -1.0), _clamp_min(cos - param("margin")), 0.0))
-    return _reduce("cosine_embedding_loss", "row", [a, b, y], per_row, ROW, reduction)
+    return _reduce("cosine_embedding_loss", "row", [a, b, y], per_row, ROW, reduction,
+                   saves=("input1", "input2"))

@@ -42,6 +42,10 @@ class LossGraph:
     loss: object
     level: int         # level of the loss: SCALAR for mean/sum, ROW or ELEM for reduction='none'
     kind: str = "loss"  # 'loss' or 'nonlinearity' (whose backward may read its input, as torch's does)
+    saves: object = None  # the inputs torch's autograd keeps: ALL or attr names; None: not known (a trace)
+
+
+ALL = "all"
 
 
 @dataclass
@@ -380,22 +384,48 @@ _COSTLY = 20  # when a backward kernel would redo this much math per element (th
 # exp the forward's expm1 does not give, so saving would only add traffic.
 
 
+_kept = {}
+
+
+def kept(graph):
+    """Indices of the inputs torch's autograd keeps for this loss (None: not known)."""
+    hit = _kept.get(id(graph))
+    if hit is None or hit[0] is not graph:
+        k = None if graph.saves is None else tuple(
+            i for i, x in enumerate(graph.inputs) if graph.saves == ALL or x.attr in graph.saves)
+        hit = _kept[id(graph)] = (graph, k)
+    return hit[1]
+
+
+def _row_local(graph, wrt, order):
+    """A per-row loss ('none') whose every differentiated input element reaches only its own row's output
+    (no whole-tensor reduction; differentiated inputs vary along rows), and torch's autograd does not keep
+    one of them: then backward must not read it (it may change in place after the forward), so the
+    forward writes d out_row / d input beside the loss, as torch's log_softmax keeps its result."""
+    keep = kept(graph)
+    if graph.level != ROW or keep is None or all(i in keep for i in wrt):
+        return False
+    groups = {PRIMS[n.op].group for n in order if n.op in PRIMS}
+    return not groups - {"elementwise", "identity", "reduce_row", "gather"} and all(
+        graph.inputs[i].level in (ROW, ELEM) for i in wrt)
+
+
 def _saved_derivatives(graph, wrt):
     """d out / d input for each differentiated input, when backward can be grad_output times them (each
-    input element reaches one output element: an elementwise graph), else None. Always for an elementwise
-    loss with reduction='none' (the same traffic as a backward kernel reading the inputs): its backward
-    then reads no input, as torch's formulas for most of them keep none (an input changed in place after
-    the forward still gets the forward's gradient). Not for row losses: a derivative row beside each
-    input row is a third stream a backward kernel does not need. For a nonlinearity only when a
-    backward kernel would redo costly math the forward computes anyway."""
+    input element reaches one output element: an elementwise graph, or one row's output: see
+    _row_local), else None. Always for an elementwise loss with reduction='none' (the same traffic as a
+    backward kernel reading the inputs): its backward then reads no input. For a nonlinearity only when
+    a backward kernel would redo costly math the forward computes anyway."""
     order = toposort([graph.loss])
     groups = {PRIMS[n.op].group for n in order if n.op in PRIMS}
-    if graph.level != ELEM or groups - {"elementwise", "identity"} or any(graph.inputs[i].level != ELEM for i in wrt):
+    row = _row_local(graph, wrt, order)
+    if not row and (graph.level != ELEM or groups - {"elementwise", "identity"}
+                    or any(graph.inputs[i].level != ELEM for i in wrt)):
         return None  # a reduction or gather: the derivative is not one value per element
     ds = vjp([graph.loss], [const(1.0)], [graph.inputs[i] for i in wrt])
     if any(d is None or d.level | graph.inputs[i].level != graph.inputs[i].level for d, i in zip(ds, wrt)):
         return None
-    if graph.kind == "loss":
+    if graph.kind == "loss" or row:
         return ds
     if len(wrt) != 1 or ds[0].level != ELEM:
         return None
@@ -445,7 +475,7 @@ def _store16(graph, store, wrt, loss_at=None, grads_at=None, gout=False, same=Fa
 
 
 def fused_plan(graph, needs, dtype, store=None):
-    key = (graph.name, graph.loss.digest, graph.level, needs, dtype, store)
+    key = (graph.name, graph.loss.digest, graph.level, graph.saves, needs, dtype, store)
     plan = _plans.get(key)
     if plan is not None:
         return plan
@@ -763,6 +793,30 @@ def _replace(saved, old, new):
     return saved
 
 
+# whether the running backward keeps the graph (retain_graph=True); private in torch 2.13, so if it goes
+# away every backward keeps its state (one copy of the handed-over gradients, never a wrong one)
+_keep_graph = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", lambda: True)
+
+
+def _own_copies(saved, tensors):
+    """`saved` with any tensor sharing memory with one of `tensors` (inputs torch's autograd does not
+    keep, so they may legally change in place before backward) replaced by a copy taken now."""
+    ptrs = {t.untyped_storage().data_ptr() for t in tensors if t.numel()}
+    if not ptrs or not any(t.numel() and t.untyped_storage().data_ptr() in ptrs for t in _tensors_in(saved)):
+        return saved  # the common case: the forward wrote what backward needs
+    copies = {}
+
+    def own(v):
+        if isinstance(v, torch.Tensor) and v.numel() and v.untyped_storage().data_ptr() in ptrs:
+            return copies.setdefault(id(v), v.detach().clone())
+        if isinstance(v, dict):
+            return {k: own(x) for k, x in v.items()}
+        if isinstance(v, (tuple, list)):
+            return type(v)(own(x) for x in v)
+        return v
+    return own(saved)
+
+
 def _reads(saved, tensors):
     """Whether an engine's saved state holds memory of the inputs (its backward reads them)."""
     ptrs = {t.untyped_storage().data_ptr() for t in tensors if t.numel()}
@@ -792,13 +846,24 @@ class _LossFunction(torch.autograd.Function):
             ctx.save_for_backward(out)
         else:
             ctx.save_for_backward(*tensors)
-        ctx.reads = ctx.result or _reads(saved, tensors)
+        keep = kept(engine.prob.graph)
+        ctx.watch = ()
+        if keep is not None:  # torch's semantics: its error for a kept input changed in place, else legal
+            saved = _own_copies(saved, [t for i, t in enumerate(tensors) if i not in keep])
+            ctx.watch = [(w, w._version) for w in (getattr(tensors[i], "_autogen_src", tensors[i]) for i in keep)]
+        ctx.reads = ctx.result or keep is None and _reads(saved, tensors)
         ctx.shapes = [t.shape for t in tensors]
         ctx.saved = saved
         return out
 
     @staticmethod
     def backward(ctx, gout):
+        for t, version in ctx.watch:
+            if t._version != version:
+                raise RuntimeError(
+                    f"one of the variables needed for gradient computation has been modified by an inplace "
+                    f"operation: [{t.type()} {list(t.shape)}] is at version {t._version}; expected version "
+                    f"{version} instead ({ctx.engine.prob.graph.name} keeps it for its gradient, as torch's does)")
         if torch.is_grad_enabled():  # create_graph=True
             return (None, *_differentiable_grads(ctx, gout))
         saved, ctx.saved = ctx.saved, None
@@ -809,7 +874,12 @@ class _LossFunction(torch.autograd.Function):
             if ctx.result:
                 saved = _replace(saved, _RESULT, stored[0])
         grads = ctx.engine.backward(saved, gout)
-        if not any(g is t for t in _tensors_in(saved) for g in grads if g is not None):
+        held = {id(t) for t in _tensors_in(saved)}
+        if any(id(g) in held for g in grads if g is not None) and _keep_graph():
+            # retain_graph=True: keep the forward's gradients for the next backward (inputs torch does not
+            # keep may change in place before it) and hand autograd copies
+            grads = [g.clone() if g is not None and id(g) in held else g for g in grads]
+        if not any(id(g) in held for g in grads if g is not None):
             ctx.saved = _replace(saved, ctx.saved_tensors[0], _RESULT) if ctx.result else saved
         return (None, *grads)
 

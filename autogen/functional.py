@@ -222,12 +222,16 @@ def _compute_dtype(dtype):
 
 
 def _canon(t, dtype):
-    """`t` contiguous in `dtype`, any shape (autograd-tracked; no op at all when already so)."""
+    """`t` contiguous in `dtype`, any shape (autograd-tracked; no op at all when already so). A copy
+    remembers its source, whose in-place changes torch's loss would see (executor's _LossFunction)."""
     if dtype == torch.float32 and t.dtype in _LOW:
         dtype = t.dtype  # 16-bit data as it is: the fused kernels read it (the executor widens it for the others)
-    if t.dtype != dtype:
-        t = t.to(dtype)
-    return t if t.is_contiguous() else t.contiguous()
+    if t.dtype == dtype and t.is_contiguous():
+        return t
+    out = t.to(dtype) if t.dtype != dtype else t
+    out = out if out.is_contiguous() else out.contiguous()
+    out._autogen_src = t
+    return out
 
 
 def _scale(count):

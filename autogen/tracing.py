@@ -13,6 +13,7 @@ tracked with the base axis each of its dims runs along; values along all leading
 last axis are row reductions, over everything whole-tensor reductions; anything else (a sum over
 the batch only, a transpose of data) is an unsupported op: warned once, and the module runs eagerly.
 """
+import dataclasses
 import functools
 import inspect
 import math
@@ -921,7 +922,41 @@ def _trace(module, forward, tensors, cls):
         raise _Unsupported(f"{type(exc).__name__}: {exc}".split("\n")[0][:200], line) from None
     from .linear_loss import chunked_trace  # F.linear then row-wise work: the logits in row chunks
     chunked = chunked_trace(gm, tensors, lambda g, ts: _lower(g, ts, cls, calls))
-    return chunked if chunked is not None else _lower(gm, tensors, cls, calls)
+    if chunked is not None:
+        return chunked
+    traced = _lower(gm, tensors, cls, calls)
+    kept = _kept_by_torch(module, forward, tensors)
+    if kept is not None:  # the engine keeps torch's in-place semantics (executor._LossFunction)
+        sources = [(node, i) for node, i, _ in traced.inputs]
+        sources += [(node, traced.sources[e.attr]) for node, e in traced.index_inputs if e.op == "input"]
+        traced.graph = dataclasses.replace(traced.graph, saves=tuple(n.attr for n, i in sources if i in kept))
+    return traced
+
+
+def _kept_by_torch(module, forward, tensors):
+    """Indices of the call's tensors torch's autograd keeps when the module runs eagerly (an in-place
+    change to one of them before backward raises there, to any other is legal): one eager run under
+    saved-tensor hooks per trace. None if that run fails."""
+    where = {}
+    for i, t in enumerate(tensors):
+        if t.numel():
+            where.setdefault(t.untyped_storage().data_ptr(), []).append(i)
+    kept = set()
+
+    def pack(t):
+        if t.numel():
+            kept.update(where.get(t.untyped_storage().data_ptr(), ()))
+        return t
+
+    xs = [t.detach().requires_grad_() if t.requires_grad else t for t in tensors]
+    try:
+        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            forward(module, *xs)
+    except Exception:  # noqa: BLE001 - not known: the engine reads conservatively
+        return None
+    return kept
 
 
 def _lower(gm, tensors, cls, calls):

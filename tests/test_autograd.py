@@ -8,6 +8,7 @@ import torch.nn.functional as TF
 
 import autogen
 from autogen import functional as AF
+from autogen.corpus import CORPUS, make
 from cases import CASES, tolerances
 
 PATHS = {"fused": ("aggressive", {"autogen"}), "default": ("medium", {"autogen", "handwritten"})}
@@ -128,37 +129,41 @@ def test_loss_forward_mode_and_torch_func_match_torch(case, red):
 @pytest.mark.parametrize("path", list(PATHS))
 @pytest.mark.parametrize("case,red", LOSSES, ids=LOSS_IDS)
 def test_loss_input_changed_in_place_after_forward(case, red, path):
-    """Each input changed in place after the forward: torch's gradient or torch's error. Where torch
-    raises and our backward does not read the changed tensor (the gradient was written by the
-    forward), ours gives the gradient at the forward's values: never a third answer."""
+    """Each argument changed in place after the forward, then backward (once, and again through a graph
+    retained by an earlier backward): torch's gradient where torch gives one, torch's error where torch
+    raises (the arguments torch's formula keeps), never a third answer."""
     args, kw, ours, theirs = _loss_call(case, red)
     pol = PATHS[path][0]
-    for j, a in enumerate(args):
-        if not isinstance(a, torch.Tensor) or not a.numel():
-            continue
-
-        def run(fn):
+    slots = [("arg", j) for j, a in enumerate(args) if isinstance(a, torch.Tensor) and a.numel()]
+    slots += [("kw", k) for k, v in kw.items() if isinstance(v, torch.Tensor) and v.numel()]
+    for where, j in slots:
+        def run(fn, retain):
             xs = [x.detach().clone().requires_grad_(x.requires_grad) for x in args]
-            base = [x * 1 if x.is_floating_point() else x.clone() for x in xs]  # non-leaf: may change in place
-            out = fn(*base, **kw)
+            base = [x * 1 if x.is_floating_point() else x.clone() for x in xs]
+            k2 = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+            out = fn(*base, **k2)
             gout = torch.ones_like(out)
-            before = torch.autograd.grad(out, _diff(xs), gout, retain_graph=True)
+            if retain:
+                torch.autograd.grad(out, _diff(xs), gout, retain_graph=True)
+            changed = base[j] if where == "arg" else k2[j]
             with torch.no_grad():
-                base[j].copy_(base[j].flip(0)) if base[j].dim() else base[j].mul_(-1)
+                changed.copy_(changed.flip(0)) if changed.dim() else changed.mul_(-1)
             try:
-                return before, torch.autograd.grad(out, _diff(xs), gout)
+                return torch.autograd.grad(out, _diff(xs), gout)
             except RuntimeError as exc:
                 assert "modified by an inplace operation" in str(exc)
-                return before, None
+                return None
 
-        with autogen.policy(pol):
-            before, got = run(ours)
-        _, want = run(theirs)
-        if got is None:  # torch's error; or ours reads an input torch's formula does not (not a wrong number)
-            continue
-        expect = want if want is not None else before
-        for g, w in zip(got, expect):
-            torch.testing.assert_close(g, w, **tolerances(torch.float64), equal_nan=True)
+        for retain in (False, True):
+            with autogen.policy(pol):
+                got = run(ours, retain)
+            want = run(theirs, retain)
+            assert (got is None) == (want is None), \
+                f"{where} {j} changed in place (retain={retain}): " + ("ours raises, torch gives a gradient"
+                                                                        if got is None else "torch raises, ours does not")
+            if got is not None:
+                for g, w in zip(got, want):
+                    torch.testing.assert_close(g, w, **tolerances(torch.float64), equal_nan=True)
 
 
 @pytest.mark.parametrize("path", list(PATHS))
@@ -269,3 +274,32 @@ def test_integer_inputs_get_torchs_result_or_error():
                 getattr(AF, name)(x, **NONLIN[name])
             continue
         torch.testing.assert_close(getattr(AF, name)(x, **NONLIN[name]), want)
+
+
+@pytest.mark.parametrize("entry", CORPUS, ids=lambda e: e.cls.__name__)
+def test_custom_loss_input_changed_in_place_after_forward(entry):
+    """@autogen_loss modules (the corpus): each input changed in place after the forward gives eager
+    torch's gradient, or torch's error where the module's torch ops keep that input."""
+    args = make(entry.kind, torch.float64, 6, 5)
+    for j in range(len(args)):
+        def run(module):
+            xs = [a.clone().requires_grad_(i in entry.diff) for i, a in enumerate(args)]
+            base = [x * 1 if x.requires_grad else x.clone() for x in xs]
+            out = module(*base)
+            with torch.no_grad():
+                base[j].copy_(base[j].flip(0))
+            try:
+                return torch.autograd.grad(out, [xs[i] for i in entry.diff])
+            except RuntimeError as exc:
+                assert "modified by an inplace operation" in str(exc)
+                return None
+
+        with autogen.policy("aggressive"), autogen.record() as rec:
+            got = run(entry.cls(use_autogen=True))
+        assert ("autogen", "forward") in {(c.path, c.phase) for c in rec.calls}
+        want = run(entry.cls())
+        assert (got is None) == (want is None), f"input {j}: " + (
+            "ours raises, torch gives a gradient" if got is None else "torch raises, ours does not")
+        if got is not None:
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w, **tolerances(torch.float64))

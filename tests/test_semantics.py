@@ -207,8 +207,8 @@ def test_backward_takes_the_forward_gradient_as_grad_without_a_copy(pol, name, m
 @pytest.mark.parametrize("pol,name", HANDOVER)
 def test_backward_again_after_the_handover(pol, name):
     """A retained graph's second backward accumulates the same gradient again, whatever was done to
-    the first .grad in place (zeroed, clipped); the inputs changed in place since the forward raise
-    torch's error, as torch's own saved tensors do; a graph not retained raises torch's error."""
+    the first .grad in place (zeroed, clipped); an input torch's formula keeps, changed in place since
+    the forward, raises torch's error; a graph not retained raises torch's error."""
     args = _handover_args(name)
     x = args[0]
     (want,) = torch.autograd.grad(getattr(TF, name)(*args), [x])
@@ -229,7 +229,7 @@ def test_backward_again_after_the_handover(pol, name):
         loss = getattr(AF, name)(*args, use_autogen=True)
         loss.backward(retain_graph=True)
         with torch.no_grad():
-            args[1].add_(0) if name not in ("nll_loss", "cross_entropy") else x.add_(0)
+            args[1].add_(0)  # the target: kept by each of these losses' torch formulas
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             loss.backward()
 
