@@ -57,6 +57,25 @@ def test_paths_and_names_the_docs_mention_exist(doc):
             assert hasattr(mod, name), f"{doc} names {module}.{name}, which does not exist"
 
 
+def _code_words():
+    """Every word of the code, tests, benchmarks, examples and build files (not the docs' templates or this file)."""
+    words = set(re.findall(r"\w+", _read("Makefile") + _read("pyproject.toml")))
+    for top in ("autogen", "kernels", "templates", "tests", "benchmarks", "examples"):
+        for folder, _, files in os.walk(os.path.join(ROOT, top)):
+            for name in files:
+                if name.endswith((".py", ".j2", ".yaml")) and not name.endswith(".md.j2") and name != "test_docs.py":
+                    with open(os.path.join(folder, name)) as f:
+                        words |= set(re.findall(r"\w+", f.read()))
+    return words
+
+
+@pytest.mark.parametrize("doc", [d for d in DOCS if os.path.exists(os.path.join(ROOT, d))])
+def test_every_name_the_docs_quote_is_in_the_code(doc):
+    words = _code_words()
+    missing = {n for n in re.findall(r"`([A-Za-z_]\w*)`", _read(doc)) if n not in words}
+    assert not missing, f"{doc} quotes names no code has: {sorted(missing)}"
+
+
 def _record(kind, name, mode, variant, ms, nominal=1 << 22):
     return {"kind": kind, "name": name, "size": nominal, "nominal": nominal, "mode": mode, "variant": variant,
             "median_ms": ms, "p20_ms": ms * 0.9, "p80_ms": ms * 1.1, "peak_mb": 16.0, "compile_s": None}
