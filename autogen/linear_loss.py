@@ -613,6 +613,8 @@ class ChunkedLoss:
             scale = inp("__rowscale", graph.level)
             self.backward_graph = LossGraph(graph.name, graph.mode, inputs + (scale,),
                                             A("sum_all", loss * scale), SCALAR)
+        evaluated = [n for _, n in self.globals] + [n for _, n, _ in traced.checks] + [self.rest] * bool(self.rest)
+        self.reads = {x.attr for x in toposort(evaluated) if x.op == "input"}
 
     def describe(self, rows, N):
         """The path's reason, for autogen.record() and autogen.explain()."""
@@ -646,8 +648,8 @@ class ChunkedLoss:
                 bad = int(idx[(idx < 0) | (idx >= C)][0])
                 raise RuntimeError(f"index {bad} is out of bounds for dimension 1 with size {C}")
             args[node.attr] = idx.contiguous()
-        plain = {k: v.detach().to(cdt) if v.is_floating_point() else v.detach() for k, v in args.items()} \
-            if tr.checks or self.globals or self.rest is not None else {}
+        plain = {k: v.detach().to(cdt) if v.is_floating_point() else v.detach() for k, v in args.items()
+                 if k in self.reads}  # what the checks, whole-batch sums and the rest of the loss read
         if tr.checks:
             inline.run_checks(tr.checks, plain, tr.params, tr.dims, tr.graph.mode)
         params = dict(tr.params)
