@@ -484,8 +484,8 @@ def dtype_table(names, n, reps, out=None, threads=None):
           f"and ours' 16-bit time / ours' float32 time; per allocator state (no page faults: "
           f"{' and '.join(DTYPE_STATES['no page faults'])} = 4294967296 in the child)")
     head = "  ".join(f"{'f32':>6s}{'bf16':>6s}{'f16':>6s}{'bf/32':>7s}{'f16/32':>7s}" for _ in states)
-    print(f"{'':32s}" + "  ".join(f"{s:^32s}" for s in states))
-    print(f"{'':32s}" + head)
+    print(f"{'':34s}" + "  ".join(f"{s:^32s}" for s in states))
+    print(f"{'':34s}" + head)
     geo = {(s, dt, kind): [] for s in states for dt in map(str, DTYPE_COLUMNS) for kind in ("loss", "nonlinearity")}
     for k, (kind, name) in enumerate(names):
         cells = []
@@ -499,11 +499,11 @@ def dtype_table(names, n, reps, out=None, threads=None):
                     geo[(s, dt, kind)].append(r)
             cells.append("".join(f"{r:6.2f}" if r is not None else f"{'-':>6s}" for r in ratio.values())
                          + "".join(f"{r:7.2f}" if r is not None else f"{'-':>7s}" for r in own))
-        print(f"{name:32s}" + "  ".join(cells))
+        print(f"{name:34s}" + "  ".join(cells))
     for kind, label in (("loss", "losses"), ("nonlinearity", "nonlinearities")):
         if not any(k == kind for k, _ in names):
             continue
-        print(f"{'geometric mean, ' + label:32s}" + "  ".join(
+        print(f"{'geometric mean, ' + label:34s}" + "  ".join(
             "".join(f"{_geo(geo[(s, str(dt), kind)]):6.2f}" for dt in DTYPE_COLUMNS) + " " * 14 for s in states))
     if out:
         os.makedirs(out, exist_ok=True)
