@@ -33,10 +33,10 @@ _LOW = (torch.float16, torch.bfloat16)
 # NLL writes the same gradient torch does: its fused kernel wins only where torch's gradient is new
 # memory on every call.
 SMALL_ELEMENTS = {"mse_loss": 1 << 17, "l1_loss": 1 << 15, "smooth_l1_loss": 1 << 19, "huber_loss": 1 << 19,
-                  "binary_cross_entropy": 1 << 13, "binary_cross_entropy_with_logits": 1 << 18,
-                  "cross_entropy": 1 << 19, "nll_loss": 1 << 23, "gaussian_nll_loss": 1 << 16,
-                 "hinge_embedding_loss": 1 << 13, "kl_div": 1 << 15, "margin_ranking_loss": 1 << 16,
-                 "multilabel_soft_margin_loss": 1 << 12, "multi_margin_loss": 1 << 16, "poisson_nll_loss": 1 << 15,
+                  "binary_cross_entropy": 1 << 13, "binary_cross_entropy_with_logits": 1 << 17,
+                  "cross_entropy": 1 << 19, "nll_loss": 1 << 23, "gaussian_nll_loss": 1 << 15,
+                 "hinge_embedding_loss": 1 << 13, "kl_div": 1 << 15, "margin_ranking_loss": 1 << 15,
+                 "multilabel_soft_margin_loss": 1 << 12, "multi_margin_loss": 1 << 15, "poisson_nll_loss": 1 << 15,
                  "triplet_margin_loss": 1 << 14, "triplet_margin_with_distance_loss": 1 << 14,
                  "cosine_embedding_loss": 0}
 # The same for a call that needs no gradient (torch.no_grad(), or no input requires grad): the fused
@@ -44,6 +44,7 @@ SMALL_ELEMENTS = {"mse_loss": 1 << 17, "l1_loss": 1 << 15, "smooth_l1_loss": 1 <
 # forward (a gather of one value per row) at every size. From `bench_crossover.py --fwd`: each limit is
 # the first size ours won in every run (eager's own time moves with page faults).
 SMALL_ELEMENTS_NO_GRAD = dict(SMALL_ELEMENTS, mse_loss=1 << 22, l1_loss=1 << 19, cross_entropy=1 << 20,
+                              binary_cross_entropy_with_logits=1 << 18, gaussian_nll_loss=1 << 16,
                               nll_loss=1 << 62, margin_ranking_loss=1 << 19, multilabel_soft_margin_loss=1 << 13,
                               multi_margin_loss=1 << 17, poisson_nll_loss=1 << 17, triplet_margin_loss=1 << 19,
                               triplet_margin_with_distance_loss=1 << 17, cosine_embedding_loss=1 << 15)

@@ -1,12 +1,14 @@
 """Where our kernels start to beat torch eager: time ratio by input size, losses and @autogen_loss losses.
 
 Run: `python benchmarks/bench_crossover.py [--fwd] [--custom | --no-custom] [--states default,nopf]
-[--sizes 1K,16K,...] [loss or corpus class ...]`. The size thresholds below which autogen.functional hands
+[--sizes 1K,16K,...] [--threads N] [loss or corpus class ...]`. The size thresholds below which autogen.functional hands
 a loss to torch's own kernel come from this table: forward+backward for functional.SMALL_ELEMENTS, forward
 only (--fwd, under torch.no_grad) for functional.SMALL_ELEMENTS_NO_GRAD. Each allocator state runs in a
 child process: `default` (glibc as it comes: a large tensor freed is handed back to the OS and the next one
 page-faults) and `nopf` (MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ at 4 GiB: freed memory is reused,
-so kernel meets kernel). Eager and ours run interleaved in one process (median of each); `first win` is
+so kernel meets kernel). --threads 1 times torch and ours on one thread: on a machine shared with other
+work torch's parallel regions wait on descheduled threads (ms each), which no quiet machine shows; below
+32K elements torch runs its ops on one thread anyway. Eager and ours run interleaved in one process (median of each); `first win` is
 the smallest size from which ours is at least as fast at every larger size.
 """
 import os
@@ -47,10 +49,13 @@ def child(argv):
     from autogen.bench import VARIANTS, fwd_bwd, fwd_only, inputs, measure
     from autogen import functional as AF
     from autogen.corpus import CORPUS
+    import torch
     fwd = "--fwd" in argv
     sizes = _sizes(argv[argv.index("--sizes") + 1]) if "--sizes" in argv else SIZES
-    names = [a for a in argv if not a.startswith("--") and a not in (argv[argv.index("--sizes") + 1]
-                                                                     if "--sizes" in argv else ())]
+    if "--threads" in argv:
+        torch.set_num_threads(int(argv[argv.index("--threads") + 1]))
+    values = {argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--sizes", "--threads")}
+    names = [a for a in argv if not a.startswith("--") and a not in values]
     custom = {e.cls.__name__ for e in CORPUS}
     if not names:
         names = list(AF.LOSSES) * ("--custom" not in argv) + sorted(custom) * ("--no-custom" not in argv)
