@@ -34,7 +34,7 @@ from .functional import _first_bad_target, _int_arg, _tname
 OP = "linear_cross_entropy"
 # The chunk's logits workspace: a quarter of the whole logits' bytes, within [CHUNK_BYTES,
 # CHUNK_BYTES_MAX] (2048 x 32K float32: 64 MB, 4 chunks of 512 rows). Larger chunks make larger,
-# faster matmuls at the memory target's expense (docs/performance.md: bench_linear_ce.py --chunks).
+# faster matmuls at the memory target's expense (`benchmarks/bench_linear_ce.py --chunks` measures both).
 CHUNK_BYTES = 64 << 20
 CHUNK_BYTES_MAX = 256 << 20
 PART_ROWS = 4096  # vocabulary rows of a bf16 chunk's partial weight gradient at a time (4 MB at hidden 512)
