@@ -494,7 +494,14 @@ def fused_plan(graph, needs, dtype, store=None):
         used_k = [k for k, h in enumerate(holders) if h.digest in used]
         mapping, scale = None, None
         late = late_set([c for c in cots if c is not None])
-        if all(cots[k] is not None and cots[k].digest not in late for k in used_k):
+        digests = {n.digest for n in sums}
+        nested = any(n.digest in digests and n is not s for s in sums for n in toposort([s])[:-1])
+        if nested or any(x.level == SCALAR for x in leaves):
+            # a sum inside another (the holders would count its gradient twice), or a scalar input that
+            # reaches the loss besides the sums (d/ds of mean(..) * exp(s) + s): the loss's own gradient
+            grads = vjp([loss], [const(1.0)], leaves)
+            present, mapping = [g for g in grads if g is not None], {}
+        elif all(cots[k] is not None and cots[k].digest not in late for k in used_k):
             mapping = {holders[k].digest: cots[k] for k in used_k}
         elif len(used_k) == 1:
             mapping, scale = {holders[used_k[0]].digest: const(1.0)}, cots[used_k[0]]

@@ -263,6 +263,21 @@ def record():
             stack.remove(rec)
 
 
+@contextlib.contextmanager
+def unrecorded():
+    """The record() blocks open in this thread do not see what runs inside (the engine's own probe runs)."""
+    had = "recorders" in _local.__dict__
+    saved = _local.__dict__.get("recorders")
+    _local.recorders = []
+    try:
+        yield
+    finally:
+        if had:
+            _local.recorders = saved
+        else:
+            del _local.recorders
+
+
 def recording():
     """Whether a record() block is open in this thread."""
     return bool(_local.recorders)

@@ -34,7 +34,7 @@ from .errors import AutogenError, CompileError, TracingError, UnsupportedOpError
 from .executor import LossGraph, Problem, execute
 from .functional import _compute_dtype, broadcast_shapes
 from .ir import COL, ELEM, ROW, SCALAR, Node, apply as A, const, input as inp, iota, param, toposort
-from .policies import get_policy, get_strict, tracing, tracing_scope
+from .policies import get_policy, get_strict, tracing, tracing_scope, unrecorded
 from .primitives import PRIMS
 
 aten = torch.ops.aten
@@ -134,11 +134,13 @@ class _Lowering:
             lvl = self.level(axes)
         except _Unsupported:
             lvl = None
-        # partial broadcasts and one-element tensors that need a gradient: materialized (a one-element
-        # tensor that needs none, such as a 1-D loss's class index, is a scalar input)
-        if lvl is None or lvl == SCALAR and t.requires_grad:
+        # partial broadcasts: materialized, autograd sums the gradient back over the broadcast
+        if lvl is None:
             how, lvl, shape = "expand", ELEM, self.base
             axes = tuple(a if self.base[a] != 1 else None for a in range(self.k + 1))
+        elif lvl == COL and t.requires_grad:
+            raise _Unsupported(f"a per-column tensor that requires grad (shape {list(shape)}): its gradient, a "
+                               f"sum over the rows, is not one a row pass can write", "")
         node = inp(f"in{i}", lvl, kind)
         self.inputs.append((node, i, how))
         return V(node, shape, axes)
@@ -149,20 +151,18 @@ class _Lowering:
         return param(name, kind)
 
     def _constant(self, n):
-        """A tensor the module holds (an attribute, a buffer, a closure's tensor): one more kernel input,
-        read at every call. One that requires grad (a learnable parameter of the loss) cannot be: the
-        kernel would drop its gradient, so the module runs eagerly."""
+        """A tensor the module holds (an attribute, a buffer, a closure's tensor, a learnable parameter):
+        one more kernel input, read at every call; a parameter gets its gradient as any input does."""
         t = getattr(self.gm, n.target, None)
         if not isinstance(t, torch.Tensor):
             raise _Unsupported(f"a constant {n.target} that is not a tensor", _line(n))
-        if t.requires_grad:
-            raise _Unsupported(f"a tensor of the module that requires grad (a learnable parameter, shape "
-                               f"{list(t.shape)}): the kernel would not compute its gradient", _line(n))
         index = len(self.example) + len(self.consts)
         self.consts.append(t)
         try:
             return self._placeholder(index, t)
         except _Unsupported as exc:
+            if t.requires_grad and "requires grad" in str(exc):
+                raise _Unsupported(f"the module's {exc.op}", _line(n)) from None
             raise _Unsupported(f"a tensor constant of shape {list(t.shape)}, which does not broadcast to "
                                f"{list(self.base)}", _line(n)) from None
 
@@ -951,7 +951,7 @@ def _kept_by_torch(module, forward, tensors):
     xs = [t.detach().requires_grad_() if t.requires_grad else t for t in tensors]
     try:
         with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
-                warnings.catch_warnings():
+                warnings.catch_warnings(), unrecorded():
             warnings.simplefilter("ignore")
             forward(module, *xs)
     except Exception:  # noqa: BLE001 - not known: the engine reads conservatively

@@ -269,7 +269,8 @@ def test_inductor_with_an_autogen_loss_module():
 def test_autogen_loss_module_aot_eager_and_copies():
     """The module's forward is one operator call, its kernels as eagerly (record() sees them run); a deep
     copy with another gamma is its own module; a module with a learnable parameter runs its forward as
-    written (Dynamo traces it) so that the parameter gets its gradient."""
+    written under torch.compile (Dynamo traces it) so that the parameter gets its gradient (eagerly the
+    parameter is a kernel input)."""
     loss = FocalLoss(gamma=2.0, use_autogen=True)
     other = copy.deepcopy(loss)
     other.gamma = 0.5
@@ -298,8 +299,9 @@ def test_autogen_loss_module_aot_eager_and_copies():
     graphs = Graphs()
     compiled = torch.compile(scaled, fullgraph=True, backend=graphs.backend)
     got = torch.autograd.grad(compiled(x, t), [x, scaled.scale])
-    with pytest.warns(RuntimeWarning, match="requires grad"):
+    with autogen.record() as rec:  # eagerly the parameter is one more input of the fused kernel
         want = torch.autograd.grad(scaled(x, t), [x, scaled.scale])
+    assert {(c.op, c.path, c.fused) for c in rec.calls} == {("Scaled", "autogen", True)}
     for g, w in zip(got, want):
         _close(g, w, torch.float32, "gradient")
     assert graphs.count(CALL) == 0

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.filterwarnings("error:autogen:RuntimeWarning")
 EAGER = {
     "cross_entropy-kdim": "target of shape",  # (N, C, d1..dK): the class dimension is not the last one,
     "nll_loss-kdim": "target of shape",       # the trace's rows run along the input's last dimension
-    "prelu-default": "requires grad",         # a learnable weight held by the module: its gradient
+    "prelu-default": "requires grad",         # a learnable weight per channel: its gradient sums over rows
     "glu-default": "slice",                   # halves of the input: a slice, no IR value
     "glu-0": "slice",
 }
@@ -262,19 +262,59 @@ def _with_state(init, state):
     return __init__
 
 
-def test_learnable_parameter_of_the_loss_runs_eagerly_with_its_gradient():
-    """A tensor of the module that requires grad would lose its gradient in a kernel: one warning, eager."""
-    x, t = torch.randn(6, 7, requires_grad=True), torch.randn(6, 7)
-    cls = _module("LearnedScale", lambda self, a, b: TF.mse_loss(a, b) * self.s.exp() + self.s, "alone",
-                  {"s": torch.nn.Parameter(torch.tensor(0.3))})
-    _compare(cls, [x, t], torch.float32, "requires grad")
-    m = cls(use_autogen=True)
-    with autogen.policy("aggressive"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        m(x, t).backward()
-    ref = cls()
-    ref(x, t).backward()
-    torch.testing.assert_close(m.s.grad, ref.s.grad)
+LEARNED = {  # name: (forward(self, x, t), the module's parameters); x (6, 7) and t (6, 7) or class targets
+    "scale": (lambda self, a, b: TF.mse_loss(a, b) * self.s.exp() + self.s, {"s": ()}),
+    "temperature": (lambda self, a, b: TF.cross_entropy(a / self.s.exp(), b), {"s": ()}),
+    "per_row": (lambda self, a, b: ((a - b) ** 2 * self.w[:, None]).mean(), {"w": (6,)}),
+    "prelu_and_scale": (lambda self, a, b: TF.smooth_l1_loss(TF.prelu(a, self.w), b, reduction="none").sum(1).mean()
+                        * self.s, {"w": (1,), "s": ()}),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", list(LEARNED))
+def test_learnable_parameters_of_the_loss_fuse_with_their_gradients(name, dtype):
+    """A tensor of the module that requires grad (a learned temperature or scale, one per row) is one more
+    kernel input with its gradient: fused, and the values and the gradients of the inputs and of the
+    parameters are eager torch's. (One per column, such as prelu's per-channel weight, runs eagerly:
+    the nonlinearity table's prelu-default case.)"""
+    fn, shapes = LEARNED[name]
+    torch.manual_seed(0)
+    x = torch.randn(6, 7, dtype=dtype, requires_grad=True)
+    t = torch.randint(0, 7, (6,)) if "ce" in name or name == "temperature" else torch.randn(6, 7, dtype=dtype)
+    state = {k: torch.nn.Parameter(torch.rand(shape, dtype=dtype) * 0.5 + 0.25) for k, shape in shapes.items()}
+    cls = _module(f"Learned_{name}", fn, "alone", state)
+    ours, ref = cls(use_autogen=True), cls()
+    ref.load_state_dict(ours.state_dict())
+    want_out = ref(x, t)
+    want = torch.autograd.grad(want_out, [x, *ref.parameters()])
+    with autogen.policy("aggressive"), autogen.record() as rec:
+        out = ours(x, t)
+        got = torch.autograd.grad(out, [x, *ours.parameters()])
+    assert [(c.op, c.path, c.fused, c.phase) for c in rec.calls] == [
+        (cls.__name__, "autogen", True, "forward"), (cls.__name__, "autogen", True, "backward")]
+    tol = tolerances(dtype)
+    torch.testing.assert_close(out, want_out, **tol)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, **tol)
+
+
+SCALAR_INPUT = {  # a one-element input that requires grad, used inside and after the whole-tensor sums
+    "none": lambda self, a, b, s: TF.mse_loss(a * s, b, reduction="none") * s.exp() + s,
+    "mean": lambda self, a, b, s: TF.mse_loss(a * s, b) * s.exp() + s,
+    "nested_sums": lambda self, a, b, s: (((a - b) - (a - b).mean()) ** 2).mean() * (a * b * s).sum() + s * s,
+}
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1)], ids=str)
+@pytest.mark.parametrize("name", list(SCALAR_INPUT))
+def test_one_element_input_that_requires_grad_gets_all_of_its_gradient(name, shape):
+    """The gradient of a scalar input reaches it through the sums and past them (the fused plan once
+    kept only the paths through the sums: a gradient of 0)."""
+    x = torch.randn(6, 7, dtype=torch.float64, requires_grad=True)
+    t = torch.randn(6, 7, dtype=torch.float64)
+    s = torch.full(shape, 0.3, dtype=torch.float64, requires_grad=True)
+    _compare(_module(f"ScalarInput_{name}", SCALAR_INPUT[name], "alone"), [x, t, s], torch.float64)
 
 
 # -- torch's checks on values, before any kernel ------------------------------------------------------
