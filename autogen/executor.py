@@ -19,6 +19,7 @@ import torch.autograd.forward_ad as _fwad
 
 from . import policies as _policy
 from .codegen import _BLOCK, KernelSpec, late_set
+from . import compiler as _compiler
 from .compiler import get_kernel
 from .errors import AutogenError, CompileError, ScheduleError
 from .grad import vjp
@@ -169,9 +170,10 @@ class _Launch:
     arrays handed to torch: no torch.empty and .numpy() per output). run_spec then does per call only
     what depends on the data. numba's dispatcher resolves the argument types itself (its C type cache:
     ~0.3 us over calling the compiled overload's entry point, which would take mistyped arrays silently)."""
-    __slots__ = ("dtype", "fn", "names", "params", "outputs", "nparts")
+    __slots__ = ("dtype", "fn", "names", "params", "outputs", "nparts", "kernels")
 
     def __init__(self, spec, dtype):
+        self.kernels = _compiler._kernels  # a new compiler cache (emptied) loads the kernel again
         self.fn = _load(spec)
         self.dtype, self.names, self.params, outputs, self.nparts = _signature(spec, dtype)
         self.outputs = [(level, dt, _NP_OUT.get(dt)) for level, dt in outputs]
@@ -183,7 +185,7 @@ _NP_OUT = {torch.float32: np.float32, torch.float64: np.float64, torch.int64: np
 def run_spec(spec, prob, values):
     """Launch `spec`'s kernel; `values` maps input/param names to tensors or numbers."""
     launch = spec.__dict__.get("_launch")
-    if launch is None or launch.dtype is not prob.dtype:
+    if launch is None or launch.dtype is not prob.dtype or launch.kernels is not _compiler._kernels:
         launch = spec._launch = _Launch(spec, prob.dtype)
     n, c, r = prob.launch_dims()
     fn = launch.fn
