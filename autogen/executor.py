@@ -632,8 +632,8 @@ def interpret(prob, order, values, phase, force_fallback=False):
         else:
             args = [values[a.digest] for a in node.args]
             prim = PRIMS[node.op]
-            if all(a.level == SCALAR for a in node.args):  # scalar epilogue arithmetic: no kernel
-                val = prim.torch(*args)
+            if all(a.level == SCALAR for a in node.args) or prim.group == "reduce_col":
+                val = prim.torch(*args)  # scalar epilogue arithmetic, or a column sum: no one-op kernel
             else:
                 levels = tuple(a.level for a in node.args)
                 hw = hand.PRIMITIVES.get((node.op, levels)) if not force_fallback else None

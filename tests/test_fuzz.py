@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as TF
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from autogen import functional as AF
+from autogen import activations, functional as AF
 from cases import CASES, NONLINEARITY_PATHS, PATHS, compare
 from test_nonlinearities import _cases as nonlinearity_cases
 
@@ -99,7 +99,8 @@ def nonlinearity_inputs(draw, name):
 
 
 @pytest.mark.parametrize("name,opts", list(nonlinearity_cases()), ids=lambda v: str(v))
-def test_fuzz_nonlinearities_against_torch(name, opts):
+def test_fuzz_nonlinearities_against_torch(name, opts, monkeypatch):
+    monkeypatch.setattr(activations, "FASTER_FROM", None)  # our kernels at every drawn size (the table: its own tests)
     @settings(settings.get_profile(PROFILE))
     @given(nonlinearity_inputs(name))
     def check(drawn):

@@ -6,7 +6,7 @@ import torch
 import autogen
 from autogen.executor import LossGraph, Problem, interpret
 from autogen.grad import vjp
-from autogen.ir import ELEM, ROW, SCALAR, apply, input as leaf, toposort
+from autogen.ir import COL, ELEM, ROW, SCALAR, apply, input as leaf, toposort
 from autogen.primitives import PRIMS
 from cases import DTYPES, tolerances
 
@@ -34,8 +34,9 @@ def _problem(node, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("prim", OPS, ids=lambda p: p.name)
+@pytest.mark.parametrize("prim", [p for p in OPS if p.group != "reduce_col"], ids=lambda p: p.name)
 def test_primitive_kernel_matches_torch(prim, dtype):
+    """(A column sum has no one-op kernel, a row pass cannot write it: fused kernels and torch run it.)"""
     leaves, values = zip(*[_arg(prim, j, dtype) for j in range(prim.arity)])
     node = apply(prim.name, *leaves)
     with autogen.policy("aggressive"), autogen.record() as rec:
@@ -65,7 +66,7 @@ def test_derivative_rule_matches_autograd(prim):
     except NotImplementedError as exc:  # a second derivative the table leaves out (trigamma's)
         pytest.skip(str(exc))
     vals = {l.digest: v for l, v in zip(leaves, values)}
-    vals[g.digest] = gout.reshape({ELEM: (R, C), ROW: (R, 1), SCALAR: ()}[node.level])
+    vals[g.digest] = gout.reshape({ELEM: (R, C), ROW: (R, 1), COL: (1, C), SCALAR: ()}[node.level])
     prob = _problem(node, dtype)
     with autogen.policy("disabled"):
         interpret(prob, toposort([x for x in grads if x is not None]), vals, "backward")
@@ -77,7 +78,8 @@ def test_derivative_rule_matches_autograd(prim):
 
 def test_every_primitive_has_a_complete_record():
     for p in PRIMS.values():
-        assert p.group in ("elementwise", "reduce_row", "reduce_all", "gather", "scatter", "identity", "leaf")
+        assert p.group in ("elementwise", "reduce_row", "reduce_all", "reduce_col", "gather", "scatter", "identity",
+                           "leaf")
         if p.group.startswith("reduce"):
             assert p.init and p.combine
         elif p.group != "identity":
