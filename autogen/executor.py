@@ -45,6 +45,13 @@ class LossGraph:
     kind: str = "loss"  # 'loss' or 'nonlinearity' (whose backward may read its input, as torch's does)
     saves: object = None  # the inputs torch's autograd keeps: ALL or attr names; None: not known (a trace)
 
+    @functools.cached_property
+    def kept(self):
+        """Indices of the inputs torch's autograd keeps for this loss (None: not known)."""
+        if self.saves is None:
+            return None
+        return tuple(i for i, x in enumerate(self.inputs) if self.saves == ALL or x.attr in self.saves)
+
 
 ALL = "all"
 
@@ -386,25 +393,12 @@ _COSTLY = 20  # when a backward kernel would redo this much math per element (th
 # exp the forward's expm1 does not give, so saving would only add traffic.
 
 
-_kept = {}
-
-
-def kept(graph):
-    """Indices of the inputs torch's autograd keeps for this loss (None: not known)."""
-    hit = _kept.get(id(graph))
-    if hit is None or hit[0] is not graph:
-        k = None if graph.saves is None else tuple(
-            i for i, x in enumerate(graph.inputs) if graph.saves == ALL or x.attr in graph.saves)
-        hit = _kept[id(graph)] = (graph, k)
-    return hit[1]
-
-
 def _row_local(graph, wrt, order):
     """A per-row loss ('none') whose every differentiated input element reaches only its own row's output
     (no whole-tensor reduction; differentiated inputs vary along rows), and torch's autograd does not keep
     one of them: then backward must not read it (it may change in place after the forward), so the
     forward writes d out_row / d input beside the loss, as torch's log_softmax keeps its result."""
-    keep = kept(graph)
+    keep = graph.kept
     if graph.level != ROW or keep is None or all(i in keep for i in wrt):
         return False
     groups = {PRIMS[n.op].group for n in order if n.op in PRIMS}
@@ -791,15 +785,18 @@ _RESULT = object()  # stands for the function's own output in an engine's saved 
 _SAVES_RESULT = {"relu"}
 
 
-def _replace(saved, old, new):
-    """`saved` (a tensor, or tuples, lists and dicts of them) with `old` replaced by `new`."""
-    if saved is old:
-        return new
+def _map(saved, fn):
+    """`saved` (tensors and other values in tuples, lists and dicts) with each value v as fn(v)."""
     if isinstance(saved, dict):
-        return {k: _replace(v, old, new) for k, v in saved.items()}
+        return {k: _map(v, fn) for k, v in saved.items()}
     if isinstance(saved, (tuple, list)):
-        return type(saved)(_replace(v, old, new) for v in saved)
-    return saved
+        return type(saved)(_map(v, fn) for v in saved)
+    return fn(saved)
+
+
+def _replace(saved, old, new):
+    """`saved` with `old` (a tensor, or the _RESULT mark) replaced by `new`."""
+    return _map(saved, lambda v: new if v is old else v)
 
 
 # whether the running backward keeps the graph (retain_graph=True); private in torch 2.13, so if it goes
@@ -807,29 +804,27 @@ def _replace(saved, old, new):
 _keep_graph = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", lambda: True)
 
 
-def _own_copies(saved, tensors):
-    """`saved` with any tensor sharing memory with one of `tensors` (inputs torch's autograd does not
-    keep, so they may legally change in place before backward) replaced by a copy taken now."""
-    ptrs = {t.untyped_storage().data_ptr() for t in tensors if t.numel()}
-    if not ptrs or not any(t.numel() and t.untyped_storage().data_ptr() in ptrs for t in _tensors_in(saved)):
-        return saved  # the common case: the forward wrote what backward needs
-    copies = {}
+def _storages(tensors):
+    return {t.untyped_storage().data_ptr() for t in tensors if t.numel()}
 
-    def own(v):
-        if isinstance(v, torch.Tensor) and v.numel() and v.untyped_storage().data_ptr() in ptrs:
-            return copies.setdefault(id(v), v.detach().clone())
-        if isinstance(v, dict):
-            return {k: own(x) for k, x in v.items()}
-        if isinstance(v, (tuple, list)):
-            return type(v)(own(x) for x in v)
-        return v
-    return own(saved)
+
+def _shares(v, storages):
+    return isinstance(v, torch.Tensor) and v.numel() and v.untyped_storage().data_ptr() in storages
 
 
 def _reads(saved, tensors):
     """Whether an engine's saved state holds memory of the inputs (its backward reads them)."""
-    ptrs = {t.untyped_storage().data_ptr() for t in tensors if t.numel()}
-    return any(t.numel() and t.untyped_storage().data_ptr() in ptrs for t in _tensors_in(saved))
+    storages = _storages(tensors)
+    return any(_shares(t, storages) for t in _tensors_in(saved))
+
+
+def _own_copies(saved, tensors):
+    """`saved` with any tensor sharing memory with one of `tensors` (inputs torch's autograd does not
+    keep, so they may legally change in place before backward) replaced by a copy taken now."""
+    if not _reads(saved, tensors):
+        return saved  # the common case: the forward wrote what backward needs
+    storages, copies = _storages(tensors), {}
+    return _map(saved, lambda v: copies.setdefault(id(v), v.detach().clone()) if _shares(v, storages) else v)
 
 
 class _LossFunction(torch.autograd.Function):
@@ -838,9 +833,11 @@ class _LossFunction(torch.autograd.Function):
     The gradients a forward kernel wrote are handed to autograd as they are (grad_output 1): then
     nothing but autograd may hold them, or loss.backward() would copy each into .grad (AccumulateGrad
     takes a gradient as .grad only when no other reference to it exists). So backward lets go of the
-    saved state it hands over, and a second backward through a retained graph computes it again from
-    the inputs, saved for that. A backward that reads the inputs unpacks them first, so an input
-    changed in place since the forward raises torch's error instead of giving a wrong gradient.
+    saved state it hands over, unless the graph is retained: then it keeps it and hands over copies.
+    An input changed in place since the forward: torch's error where torch's formula keeps it (the
+    graph's `kept`, watched by version), else the gradient at the forward's values (the function's own
+    copy of what backward reads); for a graph of unknown provenance (kept None) a backward that reads
+    the inputs unpacks them first, which raises torch's error.
     With create_graph=True the gradient is built from torch ops (torch_eval), so it can be
     differentiated again."""
 
@@ -855,7 +852,7 @@ class _LossFunction(torch.autograd.Function):
             ctx.save_for_backward(out)
         else:
             ctx.save_for_backward(*tensors)
-        keep = kept(engine.prob.graph)
+        keep = engine.prob.graph.kept
         ctx.watch = ()
         if keep is not None:  # torch's semantics: its error for a kept input changed in place, else legal
             saved = _own_copies(saved, [t for i, t in enumerate(tensors) if i not in keep])
@@ -876,7 +873,7 @@ class _LossFunction(torch.autograd.Function):
         if torch.is_grad_enabled():  # create_graph=True
             return (None, *_differentiable_grads(ctx, gout))
         saved, ctx.saved = ctx.saved, None
-        if saved is None:  # handed over by an earlier backward (torch's own error if the inputs changed since)
+        if saved is None:  # handed over by a backward that freed the graph: saved_tensors raises torch's error
             saved = ctx.engine.forward(ctx.saved_tensors, ctx.needs)[1]
         elif ctx.reads:
             stored = ctx.saved_tensors  # torch's error if what the backward reads changed in place
@@ -884,11 +881,13 @@ class _LossFunction(torch.autograd.Function):
                 saved = _replace(saved, _RESULT, stored[0])
         grads = ctx.engine.backward(saved, gout)
         held = {id(t) for t in _tensors_in(saved)}
-        if any(id(g) in held for g in grads if g is not None) and _keep_graph():
+        handed = any(g is not None and id(g) in held for g in grads)
+        if handed and _keep_graph():
             # retain_graph=True: keep the forward's gradients for the next backward (inputs torch does not
             # keep may change in place before it) and hand autograd copies
             grads = [g.clone() if g is not None and id(g) in held else g for g in grads]
-        if not any(id(g) in held for g in grads if g is not None):
+            handed = False
+        if not handed:
             ctx.saved = _replace(saved, ctx.saved_tensors[0], _RESULT) if ctx.result else saved
         return (None, *grads)
 

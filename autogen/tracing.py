@@ -121,14 +121,15 @@ class _Lowering:
         full = (ROW if rows else 0) | (COL if cols else 0)
         return ELEM if out and out == full else out
 
-    def _placeholder(self, i, t):
+    def _placeholder(self, i, t, what=None):
+        what = what or f"input {i}"
         kind = "f" if t.is_floating_point() else ("b" if t.dtype == torch.bool else "i")
         shape = tuple(t.shape)
         axes = self._aligned_axes(shape)
         if axes is None and shape == self.base[:-1]:
             axes = tuple(range(self.k))  # per-row values with the column dim dropped (class targets)
         if axes is None:
-            raise _Unsupported(f"input {i} of shape {list(shape)}, which does not broadcast to {list(self.base)}", "")
+            raise _Unsupported(f"{what} of shape {list(shape)}, which does not broadcast to {list(self.base)}", "")
         how = "flat"
         try:
             lvl = self.level(axes)
@@ -139,8 +140,8 @@ class _Lowering:
             how, lvl, shape = "expand", ELEM, self.base
             axes = tuple(a if self.base[a] != 1 else None for a in range(self.k + 1))
         elif lvl == COL and t.requires_grad:
-            raise _Unsupported(f"a per-column tensor that requires grad (shape {list(shape)}): its gradient, a "
-                               f"sum over the rows, is not one a row pass can write", "")
+            raise _Unsupported(f"{what} of shape {list(shape)}, per column, requires grad: its gradient, a sum "
+                               f"over the rows, is not one a row pass can write", "")
         node = inp(f"in{i}", lvl, kind)
         self.inputs.append((node, i, how))
         return V(node, shape, axes)
@@ -159,12 +160,9 @@ class _Lowering:
         index = len(self.example) + len(self.consts)
         self.consts.append(t)
         try:
-            return self._placeholder(index, t)
+            return self._placeholder(index, t, "a tensor of the module")
         except _Unsupported as exc:
-            if t.requires_grad and "requires grad" in str(exc):
-                raise _Unsupported(f"the module's {exc.op}", _line(n)) from None
-            raise _Unsupported(f"a tensor constant of shape {list(t.shape)}, which does not broadcast to "
-                               f"{list(self.base)}", _line(n)) from None
+            raise _Unsupported(exc.op, _line(n)) from None
 
     def _anchor(self, lvl):
         """A node at level `lvl` to broadcast against (expand's second argument)."""
