@@ -71,13 +71,18 @@ def _pow2_ir(builder, n, fty, bits):
     return builder.bitcast(t, fty)
 
 
-@intrinsic
-def _fma(typingctx, a, b, c):
-    """a*b + c via llvm.fmuladd (fused on FMA hardware, never reassociated)."""
-    if isinstance(a, types.Float) and a == b == c:
-        def codegen(context, builder, sig, args):
-            return _llvm_call(builder, 'llvm.fmuladd', args[0].type, args)
-        return a(a, a, a), codegen
+def _fused(llvm_name):
+    """An intrinsic a*b + c of three floats of one type through the LLVM intrinsic `llvm_name`."""
+    def typer(typingctx, a, b, c):
+        if isinstance(a, types.Float) and a == b == c:
+            def codegen(context, builder, sig, args):
+                return _llvm_call(builder, llvm_name, args[0].type, args)
+            return a(a, a, a), codegen
+    typer.__name__ = llvm_name.replace(".", "_")
+    return intrinsic(typer)
+
+
+_fma = _fused('llvm.fmuladd')  # fused on FMA hardware, never reassociated
 
 
 @intrinsic

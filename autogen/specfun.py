@@ -16,7 +16,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic, overload
 
-from .mathlib import (_CONST, _EXACT, _IMPLS, KERNEL_FASTMATH, _add, _fma, _horner, _ldexp2, _llvm_call,
+from .mathlib import (_CONST, _EXACT, _IMPLS, KERNEL_FASTMATH, _add, _fma, _fused, _horner, _ldexp2, _llvm_call,
                       _cody_waite, _logsplit, _pow2, _rint, _two_sum)
 
 __all__ = ['cosh', 'sinh', 'tan', 'asin', 'acos', 'atan', 'atan2', 'asinh', 'acosh', 'atanh', 'erfc', 'erfinv',
@@ -30,13 +30,7 @@ _JIT_OPTS = dict(fastmath=KERNEL_FASTMATH, error_model='numpy')
 _INLINE = dict(_JIT_OPTS, forceinline=True)
 
 
-@intrinsic
-def _fma_exact(typingctx, a, b, c):
-    """a*b + c rounded once (llvm.fma: always fused), for error-free products."""
-    if isinstance(a, types.Float) and a == b == c:
-        def codegen(context, builder, sig, args):
-            return _llvm_call(builder, 'llvm.fma', args[0].type, args)
-        return a(a, a, a), codegen
+_fma_exact = _fused('llvm.fma')  # rounded once (always fused), for error-free products
 
 
 @intrinsic

@@ -22,12 +22,8 @@ STATES = {"default": {}, "nopf": {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLO
 
 
 def _sizes(text):
-    out = []
-    for part in text.split(","):
-        part = part.strip().upper()
-        mult = {"K": 1 << 10, "M": 1 << 20}.get(part[-1:], 1)
-        out.append(int(part[:-1] if mult > 1 else part) * mult)
-    return out
+    from autogen.bench import _sizes as parse  # "1K,16K,4M" as `autogen bench --sizes` reads it
+    return parse(text)
 
 
 def _custom_cells(name, n, fwd):
