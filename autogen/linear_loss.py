@@ -623,7 +623,7 @@ class ChunkedLoss:
     def run(self, tensors):
         from .tracing import _eval_index
         from .executor import _capture
-        from .functional import broadcast_shapes
+        from .tracing import _expanded
         from . import inline
         tr = self.traced
         h, W = tensors[self.hi], tensors[self.wi]
@@ -637,9 +637,7 @@ class ChunkedLoss:
             t = kept[i]
             if node.kind == "f" and not (node.level & ROW and t.dtype.itemsize < cdt.itemsize):
                 t = t.to(cdt)  # (bfloat16 rows, a teacher's logits: converted chunk by chunk)
-            if how == "expand":
-                t = t.expand(broadcast_shapes(t.shape, tr.base))
-            args[node.attr] = t.contiguous().reshape(-1)
+            args[node.attr] = _expanded(t, how, tr.base).contiguous().reshape(-1)
         for node, expr in tr.index_inputs:
             idx = _eval_index(expr, kept, tr)
             C = tr.base[-1]

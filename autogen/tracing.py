@@ -52,6 +52,7 @@ class V:
     node: Node
     shape: tuple
     axes: tuple
+    over: bool = False  # the node holds more elements than the value (a broadcast input, materialized)
 
 
 _FLAT = "all"  # the axis tag of a dim that runs over every base axis (a flattened tensor)
@@ -63,6 +64,7 @@ class _Lowering:
         self.gm, self.name, self.example = gm, name, example
         self.params = {}       # runtime param name -> value (size-derived numbers)
         self.inputs = []       # (IR input node, placeholder index, how the binder prepares it)
+        self.unaligned = {}    # digest of an input not yet aligned with the base -> why it cannot be read as is
         self.index_inputs = []  # (IR input node, IR node computing it): gather indices, evaluated in torch
         self.checks = []       # (kind, IR node, extra): value checks of inlined losses, run in torch first
         self.consts = []       # tensor constants of the trace (get_attr), kernel inputs after the placeholders
@@ -129,22 +131,26 @@ class _Lowering:
         if axes is None and shape == self.base[:-1]:
             axes = tuple(range(self.k))  # per-row values with the column dim dropped (class targets)
         if axes is None:
-            raise _Unsupported(f"{what} of shape {list(shape)}, which does not broadcast to {list(self.base)}", "")
-        how = "flat"
+            why = f"{what} of shape {list(shape)}, which does not broadcast to {list(self.base)}"
+            if kind != "f" or len(shape) > len(self.base):
+                raise _Unsupported(why, "")
+            # a per-channel weight (prelu's): materialized once its first reshape aligns it (view)
+            node = inp(f"in{i}", ELEM, kind)
+            self.inputs.append((node, i, "expand"))
+            self.unaligned[node.digest] = why
+            return V(node, shape, None, True)
+        how, over = "flat", False
         try:
             lvl = self.level(axes)
         except _Unsupported:
             lvl = None
-        # partial broadcasts: materialized, autograd sums the gradient back over the broadcast
-        if lvl is None:
-            how, lvl, shape = "expand", ELEM, self.base
-            axes = tuple(a if self.base[a] != 1 else None for a in range(self.k + 1))
-        elif lvl == COL and t.requires_grad:
-            raise _Unsupported(f"{what} of shape {list(shape)}, per column, requires grad: its gradient, a sum "
-                               f"over the rows, is not one a row pass can write", "")
+        # partial broadcasts, and per-column tensors that require grad (a row pass cannot write their gradient,
+        # a sum over the rows): materialized, autograd sums the gradient back over the broadcast
+        if lvl is None or lvl == COL and t.requires_grad:
+            how, lvl, over = "expand", ELEM, True
         node = inp(f"in{i}", lvl, kind)
         self.inputs.append((node, i, how))
-        return V(node, shape, axes)
+        return V(node, shape, axes, over)
 
     def _param(self, value, kind="f"):
         name = f"__t{len(self.params)}"
@@ -199,17 +205,25 @@ class _Lowering:
         val = self.env[out]
         if not isinstance(val, V):
             raise _Unsupported("a loss returning a Python number", "")
+        if val.over:
+            raise _Unsupported("a loss returning a tensor that broadcasts along only some dimensions", "")
         return val
 
     def arg(self, a):
         if isinstance(a, torch.fx.Node):
-            return self.env[a]
+            v = self.env[a]
+            if isinstance(v, V) and v.over:  # a sum of it would count each element once per broadcast copy
+                raise _Unsupported("a reduction, reshape or gather of a tensor that broadcasts along only some "
+                                   "dimensions", "")
+            return v
         return a
 
     def _value(self, a, like_kind="f"):
         """An argument as a V (Python numbers become constants; size-derived ones params)."""
-        a = self.arg(a)
+        a = self.env[a] if isinstance(a, torch.fx.Node) else a
         if isinstance(a, V):
+            if a.axes is None:
+                raise _Unsupported(self.unaligned[a.node.digest], "")
             return a
         if isinstance(a, _Sym):
             return V(self._param(a.value), (), ())
@@ -250,10 +264,10 @@ class _Lowering:
                     raise _Unsupported("a broadcast that mixes rows and columns", "")
                 axes[off + d] = a
         for v in vals:  # each argument's level must be what its broadcast position says
-            if _FLAT not in v.axes and self.norm(self.level(v.axes)) != self.norm(v.node.level):
+            if not v.over and _FLAT not in v.axes and self.norm(self.level(v.axes)) != self.norm(v.node.level):
                 raise _Unsupported("a broadcast of per-row values along the columns", "")
         node = fn(*[v.node for v in vals])
-        return V(node, shape, tuple(axes))
+        return V(node, shape, tuple(axes), any(v.over for v in vals) and math.prod(shape) != math.prod(self.base))
 
     def reduce(self, n, x, dims, keepdim, kind, mean=False):
         x = self.arg(x)
@@ -288,13 +302,24 @@ class _Lowering:
 
     def view(self, n, x):
         """A reshape: only adding/removing size-1 dims, or flattening/unflattening everything."""
-        x = self.arg(x)
+        x = self.env[x]
         shape = tuple(n.meta["val"].shape)
+        if x.axes is None:  # an input that broadcasts from this shape: the kernel reads it so reshaped
+            axes = self._aligned_axes(shape)
+            if axes is None:
+                raise _Unsupported(self.unaligned[x.node.digest], "")
+            k = next(k for k, (m, _, _) in enumerate(self.inputs) if m.digest == x.node.digest)
+            node, i, how = self.inputs[k]
+            if how not in ("expand", ("expand", tuple(_hint(d) for d in shape))):
+                raise _Unsupported(self.unaligned[x.node.digest] + " (reshaped twice)", "")
+            self.inputs[k] = (node, i, ("expand", tuple(_hint(d) for d in shape)))
+            return V(x.node, shape, axes, True)
         src = [(s, a) for s, a in zip(x.shape, x.axes) if s != 1]
         dst = [s for s in shape if s != 1]
         if [s for s, _ in src] == dst and _FLAT not in x.axes:
             it = iter(a for _, a in src)
-            return V(x.node, shape, tuple(next(it) if s != 1 else None for s in shape))
+            return V(x.node, shape, tuple(next(it) if s != 1 else None for s in shape), x.over)
+        x = self.arg(n.args[0])  # anything else moves elements: not of a materialized broadcast
         full = tuple(a for a in range(self.k + 1) if self.base[a] != 1)
         if len(dst) == 1 and tuple(a for _, a in src) in (full, (_FLAT,)):
             return V(x.node, shape, tuple(_FLAT if s != 1 else None for s in shape))
@@ -1000,6 +1025,15 @@ def _eval_index(node, tensors, traced):
     return values[node.digest].reshape(-1).long()
 
 
+def _expanded(t, how, base):
+    """A kernel input as the trace reads it: a broadcast one materialized (reshaped first if it is aligned so)."""
+    if how == "flat":
+        return t
+    if how != "expand":
+        t = t.reshape(how[1])
+    return t.expand(broadcast_shapes(t.shape, base))
+
+
 def _run_checks(traced, tensors):
     """The value checks of the trace's inlined losses (torch's errors: a class index out of range, a negative
     var), on the inputs as the kernel takes them, before any kernel runs."""
@@ -1008,9 +1042,7 @@ def _run_checks(traced, tensors):
         t = tensors[i].detach()
         if node.kind == "f":
             t = t.to(traced.cdt)
-        if how == "expand":
-            t = t.expand(broadcast_shapes(t.shape, traced.base))
-        values[node.attr] = t.contiguous()
+        values[node.attr] = _expanded(t, how, traced.base).contiguous()
     inline.run_checks(traced.checks, values, traced.params, traced.dims, traced.graph.mode)
 
 
@@ -1028,8 +1060,7 @@ def _run(traced, tensors):
         t = tensors[i]
         if node.kind == "f" and t.dtype is not cdt:
             t = t if cdt is torch.float32 and t.dtype in (torch.bfloat16, torch.float16) else t.to(cdt)  # read 16 bits
-        if how == "expand":
-            t = t.expand(broadcast_shapes(t.shape, traced.base))
+        t = _expanded(t, how, traced.base)
         args.append(t if t.is_contiguous() else t.contiguous())
     for node, expr in traced.index_inputs:
         if expr.op == "input":  # the index is an input itself (a class target): no torch op on it

@@ -27,7 +27,6 @@ pytestmark = pytest.mark.filterwarnings("error:autogen:RuntimeWarning")
 EAGER = {
     "cross_entropy-kdim": "target of shape",  # (N, C, d1..dK): the class dimension is not the last one,
     "nll_loss-kdim": "target of shape",       # the trace's rows run along the input's last dimension
-    "prelu-default": "requires grad",         # a learnable weight per channel: its gradient sums over rows
     "glu-default": "slice",                   # halves of the input: a slice, no IR value
     "glu-0": "slice",
 }
@@ -276,8 +275,9 @@ LEARNED = {  # name: (forward(self, x, t), the module's parameters); x (6, 7) an
 def test_learnable_parameters_of_the_loss_fuse_with_their_gradients(name, dtype):
     """A tensor of the module that requires grad (a learned temperature or scale, one per row) is one more
     kernel input with its gradient: fused, and the values and the gradients of the inputs and of the
-    parameters are eager torch's. (One per column, such as prelu's per-channel weight, runs eagerly:
-    the nonlinearity table's prelu-default case.)"""
+    parameters are eager torch's. (One per column, such as prelu's per-channel weight, is read materialized
+    to the input's shape and autograd sums its gradient over the rows: the nonlinearity table's prelu-default
+    case, and tests/test_traced_broadcasts.py.)"""
     fn, shapes = LEARNED[name]
     torch.manual_seed(0)
     x = torch.randn(6, 7, dtype=dtype, requires_grad=True)
