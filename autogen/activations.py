@@ -270,7 +270,7 @@ def run(name, input, inplace=False, variant=None, **options):
         path, reason = _policy.choose(True)
         if path == "handwritten":
             _capture(prob)
-            return _run_masked(hw(prob, reason), input, x if x.dtype == cdt else x.to(cdt), inplace)  # 16 bits: widened
+            return _run_masked(hw(prob, reason), input, x, inplace)  # 16 bits: read as they are
     out = execute(prob, [x], True, hw).view(input.shape).to(input.dtype)
     if inplace:
         return input.copy_(out)
@@ -286,7 +286,7 @@ class _Masked(torch.autograd.Function):
     @staticmethod
     def forward(ctx, engine, x):
         out, mask = engine.forward(x)
-        ctx.engine = engine
+        ctx.engine, ctx.dtype = engine, x.dtype
         ctx.save_for_backward(mask)
         return out
 
@@ -304,7 +304,7 @@ class _Masked(torch.autograd.Function):
         if torch.is_grad_enabled():  # create_graph=True: torch ops, differentiable in gout
             _policy.note(engine.prob.graph.name, "fallback", False, "backward", "create_graph: torch ops")
             return None, engine.backward_ops(mask, gout)
-        return None, engine.backward(mask, gout)
+        return None, engine.backward(mask, gout, ctx.dtype)
 
 
 def _run_masked(engine, input, x, inplace):

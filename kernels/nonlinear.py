@@ -17,6 +17,8 @@ kernel copies (float64 and a single element: +inf, ATen's).
 
 Kernels are built per dtype by closures (every constant is of the data's float type, so float32
 data gets float32 math) and run over fixed blocks of elements, split across threads by split_run.
+bfloat16 and float16 data is read and written as it is in memory (its uint16 bits): widened to
+float32 in registers and rounded once when stored (ld and st, kernels.losses' _LOAD and _STORE).
 """
 import functools
 import math
@@ -31,6 +33,8 @@ from autogen.codegen import _MATHLIB
 from autogen.executor import pooled, pooled_like, split_run
 from autogen.policies import note
 
+from .losses import _LOAD, _STORE, _same
+
 _JIT = dict(nogil=True, fastmath=mathlib.KERNEL_FASTMATH, error_model="numpy", cache=True)
 _BLOCK = 1 << 14  # elements per block
 _NP = {torch.float32: np.float32, torch.float64: np.float64}
@@ -43,7 +47,7 @@ _KAPPA = 0.044715
 
 
 @functools.lru_cache(maxsize=None)
-def _gelu_kernels(F, tanh, salt=_MATHLIB):
+def _gelu_kernels(F, tanh, ld=_same, st=_same, salt=_MATHLIB):
     """gelu: 0.5 x (1 + erf(x / sqrt 2)), or 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
     ZERO, HALF, ONE, MHALF = F(0.0), F(0.5), F(1.0), F(-0.5)
     ALPHA, PDF, BETA, KAPPA = F(_SQRT1_2), F(_PDF), F(_BETA), F(_KAPPA)
@@ -61,7 +65,7 @@ def _gelu_kernels(F, tanh, salt=_MATHLIB):
             s, e = blk * _BLOCK, min(blk * _BLOCK + _BLOCK, x.size)
             xs, ys = x[s:e], out[s:e]
             for i in range(e - s):
-                v = xs[i]
+                v = ld(xs[i])
                 if tanh:
                     u = BETA * (v + KAPPA * (v * v * v))
                     t = mathlib.tanh(u)
@@ -71,7 +75,7 @@ def _gelu_kernels(F, tanh, salt=_MATHLIB):
                     y = v * HALF * (ONE + mathlib.erf(v * ALPHA))
                     if INF_NAN:
                         y = NAN if v == INF else y
-                ys[i] = y
+                ys[i] = st(y)
 
     @njit(**_JIT)
     def backward(lo, hi, x, gout, grad):
@@ -80,7 +84,7 @@ def _gelu_kernels(F, tanh, salt=_MATHLIB):
             s, e = blk * _BLOCK, min(blk * _BLOCK + _BLOCK, x.size)
             xs, gs, rs = x[s:e], gout[s:e], grad[s:e]
             for i in range(e - s):
-                v = xs[i]
+                v = ld(xs[i])
                 if tanh:
                     # torch: 0.5 (1 + t) + 0.5 x (1 - t^2) beta (1 + 3 kappa x^2). Where t is +-1 the
                     # second term is 0, or NaN where x^2 overflows (0 * inf): selected, so that
@@ -96,12 +100,12 @@ def _gelu_kernels(F, tanh, salt=_MATHLIB):
                 else:
                     # torch: cdf + x pdf; x pdf is 0 * inf = NaN at +-inf only
                     d = HALF * (ONE + mathlib.erf(v * ALPHA)) + v * (PDF * mathlib.exp(v * v * MHALF))
-                rs[i] = gs[i] * d
+                rs[i] = st(ld(gs[i]) * d)
     return forward, backward
 
 
 @functools.lru_cache(maxsize=None)
-def _silu_kernels(F, salt=_MATHLIB):
+def _silu_kernels(F, ld=_same, st=_same, salt=_MATHLIB):
     """silu(x) = x sigmoid(x), gradient s (1 + x (1 - s)), in torch's form: x / (1 + exp(-x)) and
     s = 1 / (1 + exp(-x)), so exp(-x) = inf gives -0.0 where torch's does, NaN at -inf (and the
     gradient NaN at +-inf) as torch's."""
@@ -114,8 +118,8 @@ def _silu_kernels(F, salt=_MATHLIB):
             s, e = blk * _BLOCK, min(blk * _BLOCK + _BLOCK, x.size)
             xs, ys = x[s:e], out[s:e]
             for i in range(e - s):
-                v = xs[i]
-                ys[i] = v / (ONE + mathlib.exp(-v))
+                v = ld(xs[i])
+                ys[i] = st(v / (ONE + mathlib.exp(-v)))
 
     @njit(**_JIT)
     def backward(lo, hi, x, gout, grad):
@@ -124,15 +128,16 @@ def _silu_kernels(F, salt=_MATHLIB):
             s, e = blk * _BLOCK, min(blk * _BLOCK + _BLOCK, x.size)
             xs, gs, rs = x[s:e], gout[s:e], grad[s:e]
             for i in range(e - s):
-                v = xs[i]
+                v = ld(xs[i])
                 sg = ONE / (ONE + mathlib.exp(-v))
-                rs[i] = gs[i] * sg * (ONE + v * (ONE - sg))
+                rs[i] = st(ld(gs[i]) * sg * (ONE + v * (ONE - sg)))
     return forward, backward
 
 
 def _arr(t):
-    """The flat numpy view of a contiguous tensor of any shape."""
-    return t.detach().view(-1).numpy()
+    """The flat numpy view of a contiguous tensor of any shape (16-bit data as its uint16 bits)."""
+    t = t.detach().view(-1)
+    return (t.view(torch.uint16) if t.dtype in _LOAD else t).numpy()
 
 
 def _run(kernel, x, *rest):
@@ -142,9 +147,15 @@ def _run(kernel, x, *rest):
                                                           for t in rest), work=n)
 
 
+def _io(dtype):
+    """How a kernel loads and stores data of `dtype`: 16 bits widened to float32 and rounded once."""
+    return _LOAD.get(dtype, _same), _STORE.get(dtype, _same)
+
+
 class _Engine:
     """One input x, an output of x's shape and dtype; the gradient from x and grad_output."""
     path, fused = "handwritten", True
+    low_precision = True  # reads 16-bit tensors as they are (the executor widens them for engines without)
     name = None
 
     def __init__(self, prob, reason):
@@ -157,7 +168,7 @@ class _Engine:
     def forward(self, tensors, needs):
         x = tensors[0].contiguous()
         out = pooled_like(x)
-        _run(self.kernels()[0], x, out)
+        _run(self.kernels(x.dtype)[0], x, out)
         note(self.prob.graph.name, self.path, True, "forward", self.reason)
         return out, (x if needs[0] else None)
 
@@ -168,7 +179,7 @@ class _Engine:
             return [None]
         gout = gout.to(x.dtype).reshape(x.shape).contiguous()
         grad = pooled_like(x)
-        _run(self.kernels()[1], x, gout, grad)
+        _run(self.kernels(x.dtype)[1], x, gout, grad)
         return [grad]
 
 
@@ -180,15 +191,15 @@ class GELU(_Engine):
     def supports(cls, prob):
         return super().supports(prob) and prob.params.get("approximate") in ("none", "tanh")
 
-    def kernels(self):
-        return _gelu_kernels(_NP[self.prob.dtype], self.prob.params["approximate"] == "tanh")
+    def kernels(self, dtype):
+        return _gelu_kernels(_NP[self.prob.dtype], self.prob.params["approximate"] == "tanh", *_io(dtype))
 
 
 class SiLU(_Engine):
     name = "silu"
 
-    def kernels(self):
-        return _silu_kernels(_NP[self.prob.dtype])
+    def kernels(self, dtype):
+        return _silu_kernels(_NP[self.prob.dtype], *_io(dtype))
 
 
 NONLINEAR = {"gelu": GELU, "silu": SiLU}  # and the MASKED ones below
@@ -220,7 +231,7 @@ _OP = {name: k for k, name in enumerate(MASKED)}
 
 
 @functools.lru_cache(maxsize=None)
-def _masked_forward(F, op, with_mask, salt=_MATHLIB):
+def _masked_forward(F, op, with_mask, ld=_same, st=_same, salt=_MATHLIB):
     """value and mask (1 where the derivative is `on`) of op `op` (an index into MASKED), params a, b;
     the value alone without `with_mask` (no gradient wanted)."""
     ZERO, SIX, THREE = F(0.0), F(6.0), F(3.0)
@@ -233,7 +244,7 @@ def _masked_forward(F, op, with_mask, salt=_MATHLIB):
             s, e = blk * _BLOCK, min(blk * _BLOCK + _BLOCK, x.size)
             xs, ys, ms = x[s:e], out[s:e], mask[s:e]
             for i in range(e - s):
-                v = xs[i]
+                v = ld(xs[i])
                 if op == RELU:  # NaN and -0.0 pass; gradient where not x <= 0 (NaN: passes)
                     y, m = (ZERO if v < ZERO else v), not v <= ZERO
                 elif op == RELU6:  # clamp (NaN stays), gradient strictly inside (0, 6)
@@ -253,14 +264,14 @@ def _masked_forward(F, op, with_mask, salt=_MATHLIB):
                 else:  # HARDSIGMOID: clamp(x + 3, 0, 6) / 6, gradient strictly inside (-3, 3)
                     t = v + THREE
                     y, m = (SIX if t > SIX else (ZERO if t < ZERO else t)) / SIX, (v > -THREE) & (v < THREE)
-                ys[i] = y
+                ys[i] = st(y)
                 if with_mask:
                     ms[i] = m
     return forward
 
 
 @functools.lru_cache(maxsize=None)
-def _masked_backward(F, zero_off, salt=_MATHLIB):
+def _masked_backward(F, zero_off, ld=_same, st=_same, salt=_MATHLIB):
     """grad = g * on where the mask is set, else g * off (0, not 0 * g, when off is 0: g may be inf)."""
     ZERO = F(0.0)
 
@@ -271,8 +282,8 @@ def _masked_backward(F, zero_off, salt=_MATHLIB):
             s, e = blk * _BLOCK, min(blk * _BLOCK + _BLOCK, mask.size)
             ms, gs, rs = mask[s:e], gout[s:e], grad[s:e]
             for i in range(e - s):
-                g = gs[i]
-                rs[i] = g * on if ms[i] else (ZERO if zero_off else g * off)
+                g = ld(gs[i])
+                rs[i] = st(g * on if ms[i] else (ZERO if zero_off else g * off))
     return backward
 
 
@@ -280,6 +291,7 @@ class MaskedEngine:
     """forward(x) -> (value, mask); backward(mask, gout) -> grad. Used by activations' own autograd
     Function (it saves the mask alone)."""
     path, fused, masked = "handwritten", True, True
+    low_precision = True
 
     def __init__(self, prob, reason):
         self.prob, self.reason = prob, reason
@@ -302,16 +314,18 @@ class MaskedEngine:
         out = torch.empty(0, dtype=x.dtype).set_(flat.untyped_storage(), 0, x.shape)
         # the mask's bytes from the pool as float32 words (the pool keeps float buffers)
         mask = pooled(-(-x.numel() // 4), torch.float32).view(torch.uint8)[:x.numel()] if with_mask else x
-        _run(_masked_forward(_NP[self.prob.dtype], _OP[self.prob.graph.name], with_mask), x, out, mask,
-             *self.args)
+        _run(_masked_forward(_NP[self.prob.dtype], _OP[self.prob.graph.name], with_mask, *_io(x.dtype)), x, out,
+             mask, *self.args)
         note(self.prob.graph.name, self.path, True, "forward", self.reason)
         return out, (mask.view(x.shape) if with_mask else None)
 
-    def backward(self, mask, gout):
+    def backward(self, mask, gout, dtype=None):
+        """grad in `dtype` (the input's; the compute dtype by default)."""
         note(self.prob.graph.name, self.path, True, "backward", self.reason)
-        gout = gout.to(self.prob.dtype).reshape(mask.shape).contiguous()
+        gout = gout.to(dtype or self.prob.dtype).reshape(mask.shape).contiguous()
         grad = pooled_like(gout)
-        _run(_masked_backward(_NP[self.prob.dtype], self.off == 0), mask, gout, grad, self.on, self.off)
+        _run(_masked_backward(_NP[self.prob.dtype], self.off == 0, *_io(gout.dtype)), mask, gout, grad, self.on,
+             self.off)
         return grad
 
     def backward_ops(self, mask, gout):

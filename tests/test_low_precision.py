@@ -6,7 +6,9 @@ import torch.nn.functional as TF
 
 import autogen
 from autogen import autogen_loss
+from autogen import activations
 from autogen import functional as AF
+from autogen.kernels.nonlinear import NONLINEAR as NONLINEAR_KERNELS
 from cases import CASES, compare, magnitude, tolerances
 
 LOW = (torch.bfloat16, torch.float16)
@@ -133,11 +135,20 @@ def _near(got, want, dtype, scale, what, ulps=1, torch16=None, skip=None):
         assert bool(ok.all()), f"{what}: ours {g[~ok][:4].tolist()}, {name} {ref[~ok][:4].tolist()}"
 
 
+def _tensors(case):
+    args, kwargs = case.build(torch.float32)
+    return sum(isinstance(a, torch.Tensor) and a.is_floating_point() for a in [*args, *kwargs.values()])
+
+
 def _loss_cases():
-    """Each case once (every kernel costs a compile): its dtype alternating over the table, its reduction
-    rotating (a loss's cases differ in options, so each loss meets both dtypes and its reductions)."""
-    for k, case in enumerate(CASES):
-        yield case, LOW[k % 2], case.reductions[(k // 2) % len(case.reductions)]
+    """Each loss once per 16-bit dtype (every kernel costs a compile): bfloat16 on its first case, reduced;
+    float16 on its case with the most floating tensors (weights: more 16-bit loads), per element where the
+    case allows it (16-bit results, float16's overflow)."""
+    for name in dict.fromkeys(c.name for c in CASES):
+        cases = [c for c in CASES if c.name == name]
+        rich = max(reversed(cases), key=_tensors)
+        yield cases[0], torch.bfloat16, next(r for r in ("batchmean", "mean", "sum") if r in cases[0].reductions)
+        yield rich, torch.float16, next(r for r in ("none", "sum", "mean") if r in rich.reductions)
 
 
 def _copies(args, dtype=None):
@@ -202,20 +213,29 @@ OPTIONS = {"leaky_relu": {"negative_slope": 0.2}, "elu": {"alpha": 0.5}, "celu":
 
 
 def _nonlinear_cases():
-    for name, required in NONLINEAR.items():  # each in one dtype, alternating (a kernel each)
-        for opts in [{}] + ([OPTIONS[name]] if name in OPTIONS else []):
-            yield name, {**required, **opts}
+    """Each nonlinearity once per 16-bit dtype (a kernel each): its default options in bfloat16, the other
+    options in float16. A nonlinearity with a handwritten kernel runs it in one of the two (alternating over
+    those), the generated kernel in the other."""
+    hand = [name for name in NONLINEAR if name in NONLINEAR_KERNELS]
+    for name, required in NONLINEAR.items():
+        for dtype, opts in zip(LOW, ({}, OPTIONS.get(name, {}))):
+            path = "handwritten" if name in hand and LOW[hand.index(name) % 2] == dtype else "autogen"
+            yield name, {**required, **opts}, dtype, path
 
 
-@pytest.mark.parametrize("name,opts,dtype", [(n, o, LOW[k % 2]) for k, (n, o) in enumerate(_nonlinear_cases())],
-                         ids=[f"{n}-{'-'.join(map(str, o.values())) or 'default'}-{str(LOW[k % 2])[6:]}"
-                              for k, (n, o) in enumerate(_nonlinear_cases())])
-def test_nonlinearity_in_16_bits(name, opts, dtype):
-    """Random values and the specials in one tensor, on the generated kernel."""
+@pytest.mark.parametrize("name,opts,dtype,path", list(_nonlinear_cases()),
+                         ids=[f"{n}-{'-'.join(map(str, o.values())) or 'default'}-{str(d)[6:]}-{p}"
+                              for n, o, d, p in _nonlinear_cases()])
+def test_nonlinearity_in_16_bits(name, opts, dtype, path, monkeypatch):
+    """Random values and the specials in one tensor, on the generated kernel or the handwritten one (policy
+    medium at every size)."""
+    monkeypatch.setattr(activations, "FASTER_FROM", None)
     vals = torch.tensor(SPECIAL)
     x = torch.cat([torch.randn(24) * 3, vals, -vals]).reshape(8, 9).to(dtype).requires_grad_()
     args = [x] + ([(torch.rand(9) - 0.3).to(dtype).requires_grad_()] if name == "prelu" else [])
-    _check_low(getattr(AF, name), getattr(TF, name), args, opts, dtype, skip=lambda what, a: _accidents(name, what, a))
+    _check_low(getattr(AF, name), getattr(TF, name), args, opts, dtype,
+               policy="aggressive" if path == "autogen" else "medium", paths=(path,),
+               skip=lambda what, a: _accidents(name, what, a))
 
 
 # torch's answer here varies with the dtype's kernel (its vectorized paths; tanh-gelu's x^3 overflows in
