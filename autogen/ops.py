@@ -25,6 +25,7 @@ torch.export, FakeTensorMode).
 import contextlib
 import functools
 import itertools
+import sys
 import weakref
 
 import torch
@@ -133,6 +134,9 @@ def register_module(module):
 
 
 def _module(name):
+    if name.startswith("fused:"):  # a loss with its inputs' producers (inductor_pass.py): the name is its program
+        from . import inductor_pass
+        return inductor_pass.module(name)
     module = _modules.get(int(name[len("module:"):]))
     if module is None:
         raise RuntimeError(f"autogen::call: the @autogen_loss module of {name!r} no longer exists")
@@ -142,9 +146,9 @@ def _module(name):
 # -- the operators' implementations -------------------------------------------------------------
 def _run(name, tensors, options):
     """The call as the eager path runs it."""
-    names, kwargs, _ = decode(options)
-    if name.startswith("module:"):
+    if name.startswith(("module:", "fused:")):
         return _module(name)(*tensors)
+    names, kwargs, _ = decode(options)
     from . import functional
     if isinstance(kwargs.get("distance_function"), str):
         kwargs = dict(kwargs, distance_function=_distance(kwargs["distance_function"]))
@@ -161,7 +165,7 @@ def _shape_only(name, tensors, options):
     result, hinge_embedding_loss raises, multi_margin_loss of a 1-D input is 1-D.)"""
     from .policies import tracing_scope
     with tracing_scope(), inline.scope():
-        if not name.startswith("module:"):
+        if not name.startswith(("module:", "fused:")):
             return _run(name, tensors, options)
         module = _module(name)
         with inline.route():
@@ -220,8 +224,16 @@ def _call_impl(name, tensors, options):
 
 
 def _call_fake(name, tensors, options):
+    if "torch._inductor.config" in sys.modules:  # Inductor will compile the graph Dynamo traces: our pass on it
+        _register_pass()                          # (importing Inductor costs seconds: not at our import)
     out = _shape_only(name, tensors, options)
     return out.new_empty(out.shape)
+
+
+@functools.cache
+def _register_pass():
+    from . import inductor_pass
+    inductor_pass.register()
 
 
 def _call_backward_impl(name, tensors, options, output, grad, needs):

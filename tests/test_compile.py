@@ -3,6 +3,7 @@
 The table runs on backend aot_eager (Dynamo, AOTAutograd, the fake implementations and the registered
 autograd, without Inductor's seconds of C++ per graph); two models run on Inductor."""
 import copy
+import functools
 import io
 
 import pytest
@@ -17,7 +18,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import autogen
 from autogen import functional as AF
-from autogen import ops
+from autogen import inductor_pass, ops
 from cases import CASES, DISTANCE_CASE, DTYPES, tolerances
 
 CALL, CALL_BACKWARD = torch.ops.autogen.call.default, torch.ops.autogen.call_backward.default
@@ -362,6 +363,8 @@ def test_opcheck():
         ("leaky_relu", [x], ops.encode(["input"], {"negative_slope": 0.2})),
         ("prelu", [x, (torch.rand(7) * 0.3).requires_grad_()], ops.encode(["input", "weight"], {})),
         (f"module:{module._autogen_key}", [logits, t], ""),
+        ("fused:mul(a0,a1) add(v0,f0x1.0p-1)|mse_loss(v1,a2)|input,target;reduction=ssum",
+         [x, torch.tensor(0.5, requires_grad=True), y], ""),
     ]
     for name, tensors, options in samples:
         torch.library.opcheck(CALL, (name, tensors, options))
@@ -407,3 +410,121 @@ def test_policy_is_read_when_the_graph_runs(monkeypatch):
     finally:
         autogen.set_policy(None)
     assert counter.frame_count == 2 and CALL in [n.target for n in counter.graphs[-1].graph.nodes]
+
+
+# -- the Inductor pass (autogen/inductor_pass.py): a loss absorbs the pointwise producers of its inputs
+class Absorbing(Graphs):
+    """Graphs, with the pass applied to Dynamo's graph first (as Inductor's pre_grad_custom_pass does)."""
+
+    def __init__(self):
+        super().__init__()
+        inner, self.dynamo = self.backend, []
+
+        def backend(gm, example_inputs):
+            inductor_pass.absorb(gm.graph)
+            gm.recompile()
+            self.dynamo.append(gm)
+            return inner(gm, example_inputs)
+        self.backend = backend
+
+    def names(self):
+        """The name of each autogen::call in Dynamo's graphs after the pass."""
+        return [n.args[0] for g in self.dynamo for n in g.graph.nodes if n.target is CALL]
+
+
+@pytest.mark.parametrize("k,name", list(enumerate(AF.LOSSES)))
+def test_the_pass_absorbs_producers_into_every_loss(k, name):
+    """Each loss (its first case, the dtypes and reductions in turn) fed by a model's pointwise tail: the
+    input an affine map with learnable scalars, a second floating input of the input's shape through a
+    sigmoid. One autogen::call of a fused program, its traced kernel fused forward and backward; values and
+    the gradients of every leaf (the scalars too) as torch's own loss eagerly."""
+    case = next(c for c in CASES if c.name == name)
+    dtype = DTYPES[k % 2]
+    args, kw = case.build(dtype)
+    kw = dict(kw, reduction=case.reductions[k % len(case.reductions)])
+    scale, shift = (torch.tensor(v, dtype=dtype, requires_grad=True) for v in (0.9, 0.05))
+    second = args[1].is_floating_point() and args[1].shape == args[0].shape
+
+    def model(fn):
+        def run(calls):
+            (x, rest, s, b), _ = calls[0]
+            rest = list(rest)
+            if second:
+                rest[0] = torch.sigmoid(rest[0])
+            return [fn(x * s + b, *rest, **kw)]
+        return run
+
+    graphs = Absorbing()
+    compiled = torch.compile(model(functools.partial(getattr(AF, name), use_autogen=True)), fullgraph=True,
+                             backend=graphs.backend)
+    calls = [((args[0], tuple(args[1:]), scale, shift), {})]
+    leaves = [t for t in [args[0], *args[1:], scale, shift] if t.requires_grad]
+    with autogen.record() as rec:
+        got = compiled(calls)[0]
+        got_grads = torch.autograd.grad(got.double().sum() * 1.5, leaves)
+    # the oracle in float64 (the shift's gradient through a softmax is 0: float32 rounding is all torch's)
+    exact = {id(t): t.detach().double().requires_grad_(t.requires_grad) if t.is_floating_point() else t
+             for t in [args[0], *args[1:], scale, shift]}
+    want = model(getattr(TF, name))([((exact[id(args[0])], tuple(exact[id(a)] for a in args[1:]),
+                                       exact[id(scale)], exact[id(shift)]), {})])[0]
+    want_grads = torch.autograd.grad(want.sum() * 1.5, [exact[id(t)] for t in leaves])
+    _close(got, want.to(got.dtype), dtype, "loss")
+    for i, (g, w) in enumerate(zip(got_grads, want_grads)):
+        _close(g, w.to(g.dtype), dtype, f"gradient {i}")
+    (text,) = graphs.names()
+    steps = [step.split("(")[0] for step in text[len("fused:"):].split("|")[0].split()]
+    assert text.startswith("fused:") and sorted(steps) == sorted(["mul", "add"] + ["sigmoid"] * second), text
+    assert graphs.count(CALL) == 1 and graphs.count(CALL_BACKWARD, "backward") == 1
+    assert not any("mul" in str(t) or "sigmoid" in str(t) for g in graphs.forward for t in g), graphs.forward
+    assert {(c.op, c.path, c.fused, c.phase) for c in rec.calls} == {
+        ("Fused", "autogen", True, "forward"), ("Fused", "autogen", True, "backward")}, rec.calls
+
+
+def test_the_pass_leaves_what_it_cannot_absorb():
+    """A producer whose value is used elsewhere too, a per-row operand (a traced kernel reads one element
+    or the input's shape), a loss without use_autogen, a producer computed before an in-place change of
+    its operand or under no_grad keep their ops; the rest is absorbed."""
+    x, t = torch.randn(6, 7, requires_grad=True), torch.randn(6, 7)
+    w = torch.rand(6, 1) + 0.5
+
+    def losses(calls):
+        (x, t), _ = calls[0]
+        h, y = x * 2.0, x * 1.0
+        g = y * 2.0
+        y.add_(1.0)
+        with torch.no_grad():
+            n = x * 3.0
+        return [AF.mse_loss(h, t, use_autogen=True) + h.sum(), AF.l1_loss(x * w, t, use_autogen=True),
+                AF.huber_loss(torch.relu(x) - 1.0, t, use_autogen=False), AF.mse_loss(g, y, use_autogen=True),
+                AF.l1_loss(n, t, use_autogen=True), AF.smooth_l1_loss(x, t * 3.0, use_autogen=True)]
+
+    graphs = Absorbing()
+    _compare(losses, [((x, t), {})], graphs)
+    names = graphs.names()
+    assert names[:5] == ["mse_loss", "l1_loss", "huber_loss", "mse_loss", "l1_loss"] \
+        and names[5].startswith("fused:mul(a0,f0x1.8") \
+        and names[5].endswith(")|smooth_l1_loss(a1,v0)|input,target;beta=f0x1.0000000000000p+0;reduce=n;"
+                              "reduction=smean;size_average=n"), names
+
+
+class _Tail(torch.nn.Module):
+    """nn.Linear, then a pointwise tail (tanh, a learnable scale and shift) into our loss."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(2)
+        self.lin = torch.nn.Linear(16, 8)
+        self.scale = torch.nn.Parameter(torch.tensor(1.5))
+        self.shift = torch.nn.Parameter(torch.tensor(0.1))
+
+    def forward(self, x, t):
+        return AF.huber_loss(torch.tanh(self.lin(x)) * self.scale + self.shift, t, delta=0.5, use_autogen=True)
+
+
+def test_inductor_runs_the_pass():
+    """On Inductor the pass is registered by our operator (pre_grad_custom_pass): the generated code calls
+    the fused program, forward and backward, and three SGD steps match eager."""
+    code = _train_against_eager(_Tail(), 3, {"backend": "inductor"},
+                                lambda step: (torch.randn(64, 16), torch.randn(64, 8)))
+    assert code.count("torch.ops.autogen.call.default('fused:tanh(a0) mul(v0,a1) add(v1,a2)|huber_loss(") == 1, code
+    assert code.count("torch.ops.autogen.call_backward.default(") == 1, code
