@@ -753,6 +753,51 @@ def bench_custom(n_elems, reps, compile=True):
     return out
 
 
+# -- channel-first cross-entropy: (N, C, d1..dK) logits, classes read in place (no transposed copy) --------
+CHANNEL_FIRST = ((8, 19, 128, 128), (16, 1000, 8, 16))  # ~2M elements: segmentation-like, many classes
+
+
+def channel_first_child(shapes, reps, compile):
+    """One allocator state: per shape, median ms of eager, ours (policy medium), the transposed copy into rows
+    of C that ours made before, and torch.compile; forward+backward."""
+    torch.manual_seed(0)
+    out = []
+    for shape in shapes:
+        x = torch.randn(shape, requires_grad=True)
+        t = torch.randint(0, shape[1], (shape[0], *shape[2:]))
+        ours = _policed("medium", functools.partial(AF.cross_entropy, use_autogen=True))
+        rows = lambda a, b: ours(a.movedim(1, -1).reshape(-1, a.size(1)), b.reshape(-1))  # noqa: E731
+        fns = {"eager": fwd_bwd(TF.cross_entropy, [x, t]), "ours": fwd_bwd(ours, [x, t]),
+               "rows": fwd_bwd(rows, [x, t])}
+        if compile:
+            fns["compile"] = fwd_bwd(compiled("cross_entropy", {}), [x, t])
+        out.append({k: v["median"] * 1e3 for k, v in measure(fns, reps).items()})
+    return out
+
+
+def channel_first_table(reps, compile=True, shapes=CHANNEL_FIRST):
+    """channel_first_child in a child process per allocator state; prints eager/ours, compile/ours, rows/ours."""
+    import subprocess
+    print(f"\nchannel-first cross_entropy (N, C, d1..dK), float32, forward+backward, median of {reps}; "
+          "rows = the transposed copy into rows of C")
+    print(f"{'shape':20s} {'state':15s} {'eager ms':>9s} {'ours ms':>8s} {'eager/ours':>10s} {'compile/ours':>12s} "
+          f"{'rows/ours':>9s}")
+    res = {}
+    for state, env in STATES.items():
+        cmd = [sys.executable, "-c", "import json, sys; from autogen import bench; "
+               "print(json.dumps(bench.channel_first_child(*json.loads(sys.argv[1]))))",
+               json.dumps([shapes, reps, compile])]
+        run = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True, check=True)
+        res[state] = json.loads(run.stdout.strip().splitlines()[-1])
+    for k, shape in enumerate(shapes):
+        for state in STATES:
+            r = res[state][k]
+            c = r["compile"] / r["ours"] if compile else float("nan")
+            print(f"{str(tuple(shape)):20s} {state:15s} {r['eager']:9.2f} {r['ours']:8.2f} {r['eager'] / r['ours']:9.2f}x "
+                  f"{c:11.2f}x {r['rows'] / r['ours']:8.2f}x")
+    return res
+
+
 # -- main --------------------------------------------------------------------------------------
 SWEEP = [1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22, 1 << 24]
 
@@ -790,6 +835,8 @@ def main(argv=None):
     ap.add_argument("--dtypes-threads", type=int, default=None,
                     help="threads for that table (default torch's; 1: timed by the thread's CPU time)")
     ap.add_argument("--custom", action="store_true", help="only the custom-loss table (autogen/corpus.py), ~2M elements")
+    ap.add_argument("--channel-first", action="store_true",
+                    help="only channel-first cross_entropy on (N, C, H, W), both allocator states")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (Inductor)")
     ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
     ap.add_argument("--no-plot", action="store_true", help="skip speedup.png")
@@ -802,6 +849,9 @@ def main(argv=None):
         from .report import write
         return write(args.report, args.out, args.readme)
     reps = 5 if args.quick else 15
+    if args.channel_first:
+        channel_first_table(reps, compile=not args.no_compile)
+        return
     if args.custom:  # the custom-loss section alone, at about 2M elements unless --elems says otherwise
         elems = args.elems if args.elems != 1 << 22 else 1 << 21
         rows = bench_custom(elems, reps, compile=not args.no_compile)

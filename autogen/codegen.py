@@ -18,7 +18,7 @@ from importlib import resources
 from . import __version__
 from .errors import ScheduleError
 from . import schedule
-from .ir import COL, ELEM, ROW, SCALAR, const, describe, fmt_const, toposort
+from .ir import COL, ELEM, ROW, SCALAR, const, describe, fmt_const, param, toposort
 from .mathlib import KERNEL_FASTMATH
 from .primitives import PRIMS
 from .schedule import late_set  # noqa: F401 - the executor's import
@@ -45,9 +45,10 @@ def _early(n, late):
 class KernelSpec:
     """What one kernel computes: outputs (node, level) over the graph's inputs and params."""
 
-    def __init__(self, outputs, dtype, label, storage=None):
+    def __init__(self, outputs, dtype, label, storage=None, layout="row"):
         self.outputs = [(n, lvl) for n, lvl in outputs]
         self.dtype, self.label = dtype, label
+        self.layout = layout  # 'row': a row's C elements contiguous; 'cf': channel-first (see render)
         # 16-bit storage: input name or output index -> 'bf16' / 'f16' (uint16 arrays; the kernel computes in float32)
         self.storage = dict(storage or {})
         nodes = [n for n, _ in self.outputs]
@@ -55,13 +56,16 @@ class KernelSpec:
         leaves = {n.attr: n for n in self.order if n.op == "input"}
         self.inputs = [leaves[k] for k in sorted(leaves)]
         params = {n.attr: n for n in self.order if n.op == "param"}
+        if layout == "cf":  # the distance between a row's elements: a runtime argument (Problem.inner)
+            params["__inner"] = param("__inner", "i")
         self.params = [params[k] for k in sorted(params)]
         self.late = late_set(nodes)
         # only late reductions need per-row partials; early ones are summed in the prelude
         self.reduce_all = [n for n in self.order if _group(n) == "reduce_all" and n.digest in self.late]
         body = "|".join([__version__, numba.__version__, dtype, _CODEGEN_REV]
                         + [f"{n.digest}@{l}" for n, l in self.outputs]
-                        + [f"{k}:{v}" for k, v in sorted(self.storage.items(), key=str)])
+                        + [f"{k}:{v}" for k, v in sorted(self.storage.items(), key=str)]
+                        + ([f"layout:{layout}"] if layout != "row" else []))
         self.key = hashlib.sha1(body.encode()).hexdigest()[:20]
 
     def graph_text(self):
@@ -84,12 +88,19 @@ def _narrow(spec, j, value):
     return f"__m.narrow_{code}({value})" if code else value
 
 
-def _expr(node, names, spec):
+# per mode: (element subscript, row input subscript, gather base); 'cf': a block of rows as lanes __l,
+# 'cf1': channel-first one row at a time (the prelude)
+_MODES = {"row": ("[__j]", "[__r]", "__start + "), "cf": ("[__l]", "[__rb + __l]", "__eb + __l + __I * "),
+          "cf1": (None, "[__r]", "__eb + __I * ")}
+
+
+def _expr(node, names, spec, mode="row"):
     """Numba expression of one node, its arguments already bound to local names."""
+    elem, row, base = _MODES[mode]
     if node.op == "input":
         if node.level == ELEM:  # through the row's slice: a non-negative index LLVM can vectorize
-            return _widen(spec, node.attr, f"__e_{node.attr}[__j]")
-        index = {COL: "[__j]", ROW: "[__r]", SCALAR: "[0]"}[node.level]
+            return _widen(spec, node.attr, f"__e_{node.attr}{elem}")
+        index = {COL: "[__j]", ROW: row, SCALAR: "[0]"}[node.level]
         return _widen(spec, node.attr, f"in_{node.attr}{index}")
     if node.op == "param":
         return f"p_{node.attr}"
@@ -99,14 +110,21 @@ def _expr(node, names, spec):
     prim = PRIMS[node.op]
     if prim.group == "gather":
         x, idx = node.args
-        base = "__start + " if x.level == ELEM else ""
+        base = base if x.level == ELEM else ""
         return _widen(spec, x.attr, prim.numba.format(f"in_{x.attr}", names[idx.digest], base=base))
     return prim.numba.format(*[names[a.digest] for a in node.args])
 
 
 def render(spec, cache=True, parallel=False):
-    """Numba source of `spec`'s kernel (`parallel`: rows in a numba prange, for large inputs)."""
+    """Numba source of `spec`'s kernel (`parallel`: rows in a numba prange, for large inputs).
+
+    Layout 'cf' (channel-first): the data is (outer, C, inner), a row is one (outer, i) pair whose C
+    elements lie `inner` apart. The kernel walks blocks of up to __B rows that are contiguous in inner;
+    a per-row value is a per-block array indexed by lane __l, and each loop over the row's elements is
+    `for __j in range(C): for __l in lanes`, so LLVM vectorizes along the contiguous lanes (no transposed
+    copy). Such kernels always run all rows (r0, r1 unused)."""
     order, late = spec.order, spec.late
+    cf = spec.layout == "cf"
     sched = schedule.build(spec)
     idx = {n.digest: i for i, n in enumerate(order)}
     names = {n.digest: f"v{idx[n.digest]}" for n in order}
@@ -115,11 +133,19 @@ def render(spec, cache=True, parallel=False):
             names[n.digest] = names[n.args[0].digest]
         elif _inline(n):
             names[n.digest] = _expr(n, names, spec)
+    lanes = names  # the names a pass uses: per-row values of a channel-first block are per-lane arrays
+    if cf:
+        lanes = dict(names)
+        for n in order:
+            if _group(n) == "identity":
+                lanes[n.digest] = lanes[n.args[0].digest]
+            elif n.level == ROW and not _inline(n):
+                lanes[n.digest] = f"v{idx[n.digest]}[__l]"
 
-    def line(n):
+    def line(n, nm=lanes, mode="cf" if cf else "row"):
         if _group(n) == "reduce_col":  # a sum over the rows, folded after its pass into a per-column array
-            return f"{names[n.digest]} = __cv{idx[n.digest]}[__j]"
-        return f"{names[n.digest]} = {_expr(n, names, spec)}"
+            return f"{nm[n.digest]} = __cv{idx[n.digest]}[__j]"
+        return f"{nm[n.digest]} = {_expr(n, nm, spec, mode)}"
 
     part_index = {n.digest: k for k, n in enumerate(spec.reduce_all)}
 
@@ -130,34 +156,40 @@ def render(spec, cache=True, parallel=False):
             if _early(n, late):  # prelude: fold the per-row values over all rows, in float64
                 arg = n.args[0]
                 rows = [m for m in toposort([arg]) if m.level == ROW and not _inline(m)]
-                out += [f"{v} = __np.float64({prim.init})", "for __r in range(__R):", "    __start = __r * __C"]
-                out += [f"    {line(m)}" for m in rows]
+                first = "__eb = (__r // __I) * __C * __I + __r % __I" if cf else "__start = __r * __C"
+                out += [f"{v} = __np.float64({prim.init})", "for __r in range(__R):", f"    {first}"]
+                out += [f"    {line(m, names, 'cf1' if cf else 'row')}" for m in rows]
                 out += [f"    {v} = " + (prim.fold or prim.combine).format(names[arg.digest], acc=v), f"{v} = __F({v})"]
             elif _group(n) == "reduce_all":  # the per-row partials of a pass, combined in row order in float64
                 k = part_index[n.digest]
                 out += [f"{v} = __np.float64({prim.init})", "for __q in range(__R):",
                         f"    {v} = " + (prim.fold or prim.combine).format(f"__part[{k}, __q]", acc=v), f"{v} = __F({v})"]
             else:
-                out.append(line(n))
+                out.append(line(n, names, "row"))
         return out
 
     passes = []
     loop = "__nb.prange" if parallel else "range"
     for p in sched.passes:
-        body = _render_pass(spec, p, sched.depth, names, idx, line, part_index)
+        body = _render_pass(spec, p, sched.depth, lanes, idx, line, part_index, cf)
         before, fold = scalar_lines(p.scalars), []
+        if cf and p.index == 0:  # lanes per block: the block's C x lanes elements about fit in L1
+            before = ["__I = p___inner", f"__B = min(__I, max({_LANES_MIN}, min({_LANES_MAX}, {_BLOCK_ELEMS} // max(__C, 1))))",
+                      "__NI = (__I + __B - 1) // __B if __B else 0", "__NQ = __R // __I * __NI if __I else 0"] + before
+        count, first = ("__NQ", "0") if cf else ("__r1 - __r0", "__r0")
         if p.col_reduces:  # rows in a fixed number of chunks (not one per thread): the sums do not depend on
             # the thread count; each chunk sums its rows per column, the chunks are then added in order
-            head = [f"for __b in {loop}(__NB):", "    for __r in range(__r0 + (__r1 - __r0) * __b // __NB, "
-                    "__r0 + (__r1 - __r0) * (__b + 1) // __NB):"]
-            before.append(f"__NB = max(min(__r1 - __r0, {_COL_CHUNKS}), 1)")
+            var = "__q" if cf else "__r"
+            head = [f"for __b in {loop}(__NB):", f"    for {var} in range({first} + ({count}) * __b // __NB, "
+                    f"{first} + ({count}) * (__b + 1) // __NB):"]
+            before.append(f"__NB = max(min({count}, {_COL_CHUNKS}), 1)")
             for n in p.col_reduces:
                 k = idx[n.digest]
                 before.append(f"__c{k} = __np.zeros((__NB, __C), __np.float64)")
                 fold += [f"__cv{k} = __np.empty(__C, __F)", "for __j in range(__C):", "    __s = __np.float64(0.0)",
                          "    for __q in range(__NB):", f"        __s += __c{k}[__q, __j]", f"    __cv{k}[__j] = __F(__s)"]
         else:
-            head = [f"for __r in {loop}(__r0, __r1):"]
+            head = [f"for __q in {loop}(__NQ):"] if cf else [f"for __r in {loop}(__r0, __r1):"]
         pad = " " * (4 + 4 * len(head))
         passes.append(dict(before=before, head=head, pad=pad, fold=fold, **body))
     post = scalar_lines(sched.post) + [f"out_{j}[0] = {names[spec.outputs[j][0].digest]}" for j in sched.scalar_outputs]
@@ -166,7 +198,13 @@ def render(spec, cache=True, parallel=False):
     return _ENV.get_template("kernel.py.j2").render(
         key=spec.key, graph_comment=[spec.label, f"mathlib {_MATHLIB}"] + sched.describe(spec), dtype=spec.dtype,
         parallel=parallel, fastmath=repr(sorted(KERNEL_FASTMATH)).replace("[", "{").replace("]", "}"), cache=cache,
-        args=args, passes=passes, post=post)
+        args=args + ["__part"], passes=passes, post=post)
+
+
+# channel-first blocks: lanes (rows contiguous in inner) per block, from C; a block of C x lanes elements
+# is re-read by each loop over the row, so it should stay in cache
+_LANES_MIN, _LANES_MAX, _BLOCK_ELEMS = 16, 512, 8192
+_DTYPES = {"f": "__F", "i": "__np.int64", "b": "__np.bool_"}
 
 
 def _inline(n):
@@ -174,11 +212,19 @@ def _inline(n):
     return n.op in ("param", "const") or (n.op == "input" and n.level == SCALAR) or _group(n) == "identity"
 
 
-def _render_pass(spec, p, depth, names, idx, line, part_index):
+def _lanes(lines):
+    """Channel-first: `lines` (per-row work) once per lane of the block."""
+    return ["for __l in range(__nl):"] + [f"    {x}" for x in lines] if lines else []
+
+
+def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False):
     """The row loop of one pass: its loops over the row (one per depth of row reductions), the row values
     between them, and what it writes per row."""
     order = spec.order
     inline = _inline
+    E, R = ("[__l]", "__rb + __l") if cf else ("[__j]", "__r")  # an element's subscript; the row's index
+    L = "[__l]" if cf else ""  # a per-row accumulator's
+    arrays = {}  # channel-first: per-lane arrays the block allocates (name -> dtype)
     # passes over the row: (depth, sub) -> init lines and sinks; a 'solo' reduction (maxnum) gets a
     # loop of its own, since LLVM vectorizes it only alone; `after[k]` follows every loop of depth k
     loops, after = {}, {}
@@ -197,20 +243,23 @@ def _render_pass(spec, p, depth, names, idx, line, part_index):
         arg = n.args[0]
         prim = PRIMS[n.op]
         if arg.level & COL:
-            acc = names[n.digest] if group == "reduce_row" else f"__a{idx[n.digest]}"
+            acc = names[n.digest] if group == "reduce_row" else f"__a{idx[n.digest]}{L}"
+            if group != "reduce_row":
+                arrays[f"__a{idx[n.digest]}"] = _DTYPES[n.kind]
             k = depth[arg.digest]
             lp = loop(k, 1 + idx[n.digest] if prim.solo else 0)
             lp["init"].append(f"{acc} = {prim.init}")
             lp["sinks"].append((arg, f"{acc} = " + prim.combine.format(names[arg.digest], acc=acc)))
             if prim.aux:
-                aux = f"__x{idx[n.digest]}"
+                aux = f"__x{idx[n.digest]}{L}"
+                arrays[f"__x{idx[n.digest]}"] = _DTYPES["b"]
                 loop(k)["init"].append(f"{aux} = {prim.aux[0]}")
                 loop(k)["sinks"].append((arg, f"{aux} = " + prim.aux[1].format(names[arg.digest], aux=aux)))
                 after.setdefault(k, []).append(f"{acc} = " + prim.aux[2].format(aux=aux, acc=acc))
             if group == "reduce_all":
-                row_end.append(f"__part[{part_index[n.digest]}, __r] = {acc}")
+                row_end.append(f"__part[{part_index[n.digest]}, {R}] = {acc}")
         else:
-            row_end.append(f"__part[{part_index[n.digest]}, __r] = {names[arg.digest]}")
+            row_end.append(f"__part[{part_index[n.digest]}, {R}] = {names[arg.digest]}")
     out_pass = {}  # output j -> the loop that writes it (ELEM outputs)
     for j in p.writes:
         n, level = spec.outputs[j]
@@ -223,12 +272,15 @@ def _render_pass(spec, p, depth, names, idx, line, part_index):
                 # a pure scatter: the loop writes zeros (a loop LLVM turns into memset), the row's one
                 # value is stored after all loops
                 v, i = (names[a.digest] for a in n.args[:2])
-                loop(depth[n.digest])["sinks"].append((const(0.0), f"__o{j}[__j] = {_narrow(spec, j, '__zero')}"))
-                row_end.append(f"if 0 <= {i} < __end - __start: __o{j}[{i}] = {_narrow(spec, j, v)}")
+                loop(depth[n.digest])["sinks"].append((const(0.0), f"__o{j}{E} = {_narrow(spec, j, '__zero')}"))
+                if cf:
+                    row_end.append(f"if 0 <= {i} < __C: out_{j}[__eb + __l + __I * {i}] = {_narrow(spec, j, v)}")
+                else:
+                    row_end.append(f"if 0 <= {i} < __end - __start: __o{j}[{i}] = {_narrow(spec, j, v)}")
             else:
-                loop(depth[n.digest])["sinks"].append((n, f"__o{j}[__j] = {_narrow(spec, j, names[n.digest])}"))
+                loop(depth[n.digest])["sinks"].append((n, f"__o{j}{E} = {_narrow(spec, j, names[n.digest])}"))
         else:
-            row_end.append(f"out_{j}[__r] = {names[n.digest]}")
+            row_end.append(f"out_{j}[{R}] = {names[n.digest]}")
 
     def closure(sinks, stops=()):
         """Digests of the per-element values a loop computes for its sinks (`stops` are loaded, not computed)."""
@@ -269,8 +321,8 @@ def _render_pass(spec, p, depth, names, idx, line, part_index):
                 best = (saved, d, homes[-1])
         if best is not None:
             _, d, a = best
-            loops[a]["sinks"].append((order[idx[d]], f"__o{j}[__j] = {names[d]}"))
-            loads[b][d] = f"{names[d]} = __o{j}[__j]"
+            loops[a]["sinks"].append((order[idx[d]], f"__o{j}{E} = {names[d]}"))
+            loads[b][d] = f"{names[d]} = __o{j}{E}"
             needs[b] = closure(sinks_b, set(loads[b]))
     for key, lp in loops.items():  # each loop's values in graph order
         lp["body"] = [loads[key].get(n.digest) or line(n) for n in order if n.digest in needs[key]] \
@@ -278,16 +330,40 @@ def _render_pass(spec, p, depth, names, idx, line, part_index):
     nloops = max((k for k, _ in loops), default=-1) + 1
     # row-level values: each after the loop that produced its reductions
     reads = set(p.reads)
-    row_begin = ["__start = __r * __C", "__end = min(__start + __C, __n)"]
-    row_begin += [f"__e_{n.attr} = in_{n.attr}[__start:__end]" for n in spec.inputs
-                 if n.level == ELEM and n.attr in reads]
-    row_begin += [f"__o{j} = out_{j}[__start:__end]" for j in p.writes if spec.outputs[j][1] == ELEM]
+    elem_in = [n.attr for n in spec.inputs if n.level == ELEM and n.attr in reads]
+    elem_out = [j for j in p.writes if spec.outputs[j][1] == ELEM]
+    if cf:  # the block: outer index, first lane, lanes, first row, first element
+        row_begin = ["__ob = __q // __NI", "__i0 = (__q - __ob * __NI) * __B", "__nl = min(__B, __I - __i0)",
+                     "__rb = __ob * __I + __i0", "__eb = __ob * __C * __I + __i0"]
+        head = ["for __j in range(__C):", "    __x = __eb + __j * __I"]
+        head += [f"    __e_{a} = in_{a}[__x:__x + __nl]" for a in elem_in]
+        head += [f"    __o{j} = out_{j}[__x:__x + __nl]" for j in elem_out]
+        head += ["    for __l in range(__nl):"]
+    else:
+        row_begin = ["__start = __r * __C", "__end = min(__start + __C, __n)"]
+        row_begin += [f"__e_{a} = in_{a}[__start:__end]" for a in elem_in]
+        row_begin += [f"__o{j} = out_{j}[__start:__end]" for j in elem_out]
+        head = ["for __j in range(__end - __start):"]
+    first = []
     for n in p.nodes:
-        if n.level != ROW or inline(n) or _group(n) == "reduce_row":
+        if n.level != ROW or inline(n):
+            continue
+        arrays[f"v{idx[n.digest]}"] = _DTYPES[n.kind]
+        if _group(n) == "reduce_row":
             continue
         d = depth[n.digest]
-        (row_begin if d == 0 else after.setdefault(d - 1, [])).append(line(n))
-    return dict(row_begin=row_begin, loops=_loops(loops, after, nloops), row_end=row_end)
+        (first if d == 0 else after.setdefault(d - 1, [])).append(line(n))
+    out = _loops(loops, after, nloops)
+    if cf:
+        row_begin += [f"{a} = __np.empty(__B, {t})" for a, t in sorted(arrays.items())] + _lanes(first)
+        row_end = _lanes(row_end)
+        for lp in out:
+            lp["init"], lp["after"] = _lanes(lp["init"]), _lanes(lp["after"])
+    else:
+        row_begin += first
+    for lp in out:
+        lp["head"], lp["pad"] = head, " " * (8 if cf else 4)
+    return dict(row_begin=row_begin, loops=out, row_end=row_end)
 
 
 def _loops(loops, after, nloops):

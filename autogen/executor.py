@@ -10,6 +10,7 @@ import threading
 import time
 import warnings
 import weakref
+import dataclasses
 from dataclasses import dataclass, field
 
 import numba
@@ -19,6 +20,7 @@ import torch.autograd.forward_ad as _fwad
 
 from . import policies as _policy
 from .codegen import _BLOCK, KernelSpec, late_set
+from .codegen import KernelSpec as _KernelSpec
 from . import compiler as _compiler
 from .compiler import get_kernel
 from .errors import AutogenError, CompileError, ScheduleError
@@ -38,7 +40,8 @@ _TORCH_KIND = {"i": torch.int64, "b": torch.bool}
 class LossGraph:
     """A decomposition: the loss node over its input leaves (in the order tensors are passed)."""
     name: str
-    mode: str          # 'row': R rows of C (reductions along C); 'flat': n independent elements
+    mode: str          # 'row': R rows of C (reductions along C); 'flat': n independent elements; 'cf': the
+    # rows of a channel-first (outer, C, inner) tensor, read in place (params["__inner"]; codegen's layout)
     inputs: tuple
     loss: object
     level: int         # level of the loss: SCALAR for mean/sum, ROW or ELEM for reduction='none'
@@ -66,18 +69,26 @@ class Problem:
     dtype: torch.dtype
     params: dict = field(default_factory=dict)
 
+    @property
+    def inner(self):
+        """Mode 'cf': how far apart a row's C elements lie (R = outer * inner)."""
+        return self.params["__inner"]
+
     def launch_dims(self):
-        if self.graph.mode == "row":
+        if self.graph.mode != "flat":
             return self.R * self.C, self.C, self.R
         return self.n, _BLOCK, -(-self.n // _BLOCK)
 
     def layout(self, level):
         """Shape of a value at `level` in the interpreters' broadcastable layout."""
-        r, c = (self.R, self.C) if self.graph.mode == "row" else (1, self.n)
+        if self.graph.mode == "cf":
+            o, c, i = self.R // self.inner if self.inner else 0, self.C, self.inner
+            return {ELEM: (o, c, i), ROW: (o, 1, i), COL: (1, c, 1), SCALAR: ()}[level]
+        r, c = (self.R, self.C) if self.graph.mode != "flat" else (1, self.n)
         return {ELEM: (r, c), ROW: (r, 1), COL: (1, c), SCALAR: ()}[level]
 
     def flat_size(self, level):
-        n, c, r = (self.R * self.C, self.C, self.R) if self.graph.mode == "row" else (self.n, self.n, 1)
+        n, c, r = (self.R * self.C, self.C, self.R) if self.graph.mode != "flat" else (self.n, self.n, 1)
         return {ELEM: n, ROW: r, COL: c, SCALAR: 1}[level]
 
 
@@ -471,13 +482,14 @@ def _store16(graph, store, wrt, loss_at=None, grads_at=None, gout=False, same=Fa
 
 
 def fused_plan(graph, needs, dtype, store=None):
-    key = (graph.name, graph.loss.digest, graph.level, graph.saves, needs, dtype, store)
+    key = (graph.name, graph.mode, graph.loss.digest, graph.level, graph.saves, needs, dtype, store)
     plan = _plans.get(key)
     if plan is not None:
         return plan
     wrt = tuple(i for i, need in enumerate(needs) if need)
     leaves = [graph.inputs[i] for i in wrt]
     label, sdt = graph.name, _STR[dtype]
+    KernelSpec = functools.partial(_KernelSpec, layout="cf" if graph.mode == "cf" else "row")
     loss = graph.loss
     plan = None
     if wrt and graph.level == SCALAR:
@@ -749,6 +761,8 @@ def torch_eval(prob, tensors):
     cannot serve (higher-order and forward-mode gradients, torch.func transforms, gradients the
     fused schedule cannot express). detach and gradfix keep their gradient meaning here, which the
     value-only interpreters do not need."""
+    if prob.graph.mode == "cf":
+        prob, tensors = as_rows(prob, tensors)
     graph = prob.graph
     values = {x.digest: t.reshape(prob.layout(x.level)) for x, t in zip(graph.inputs, widened(prob, tensors))}
     for node in toposort([graph.loss]):
@@ -767,6 +781,22 @@ def torch_eval(prob, tensors):
         values[node.digest] = val
     out = values[graph.loss.digest]
     return out.expand(prob.layout(graph.level)).reshape(-1 if graph.level else ())
+
+
+def as_rows(prob, tensors):
+    """A channel-first problem as rows of C (a transposed copy of each per-element input, under autograd),
+    for the paths that do not read it in place; its per-row output is in the same order."""
+    o, c, i = prob.layout(ELEM)
+    rows = tuple(_copy_of(t, t.reshape(o, c, i).transpose(1, 2).contiguous()) if x.level == ELEM else t
+                 for x, t in zip(prob.graph.inputs, tensors))
+    params = {k: v for k, v in prob.params.items() if k != "__inner"}
+    return dataclasses.replace(prob, graph=dataclasses.replace(prob.graph, mode="row"), params=params), rows
+
+
+def _copy_of(src, t):
+    """`t`, a copy of `src`, remembering the tensor whose in-place changes torch's loss would see."""
+    t._autogen_src = getattr(src, "_autogen_src", src)
+    return t
 
 
 def run_torch(prob, tensors, reason):
@@ -952,6 +982,8 @@ def execute(prob, tensors, use_autogen, handwritten=None, fallback=True):
             engine = PrimEngine(prob)
     else:
         engine = PrimEngine(prob)
+    if prob.graph.mode == "cf" and not isinstance(engine, FusedEngine):  # only fused kernels read it in place
+        return execute(*as_rows(prob, tensors), use_autogen, None, fallback)
     differentiable = False
     if torch.is_grad_enabled():
         for t in tensors:  # a loop: any() over a generator costs ~0.4 us more
@@ -979,6 +1011,8 @@ def execute(prob, tensors, use_autogen, handwritten=None, fallback=True):
         if not type(exc).__module__.startswith("numba") or _policy.get_strict() or not fallback:
             raise
         _warn_once(prob.graph.name, exc)
+    if prob.graph.mode == "cf":
+        prob, tensors = as_rows(prob, tensors)
     try:
         return run(PrimEngine(prob, force_fallback=True))
     except ScheduleError as exc:

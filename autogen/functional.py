@@ -1,4 +1,5 @@
 """torch.nn.functional's losses with a `use_autogen` keyword: validate like torch, then dispatch."""
+import dataclasses
 import functools
 import inspect
 import math
@@ -397,8 +398,14 @@ def _tname(dtype):
     return _TNAMES.get(dtype, str(dtype).replace("torch.", ""))
 
 
-def _class_rows(op, input, target, weight, probs):
-    """Validate a (N, C, d1..dK) input and its target; return rows-of-C layout and output shape."""
+# channel-first classes are read in place from this inner size on (a block's lanes); below it a transposed
+# copy into rows of C measures as fast or faster (benchmarks/bench_channel_first.py)
+_CF_INNER = 3
+
+
+def _class_rows(op, input, target, weight, probs, channel_first=False):
+    """Validate a (N, C, d1..dK) input and its target; return rows-of-C layout (`channel_first`: the input
+    as it is) and output shape."""
     if input.dim() == 0:
         raise RuntimeError(f"{op}: input tensor should be 1D or more, got 0D")
     _floating(op, input)
@@ -432,7 +439,7 @@ def _class_rows(op, input, target, weight, probs):
                                      f"({target.size(0)}).")
                 raise RuntimeError(f"Expected target size {list(expected)}, got {list(target.shape)}")
         out_shape = target.shape
-    rows = input.movedim(class_dim, -1) if class_dim != input.dim() - 1 else input
+    rows = input.movedim(class_dim, -1) if class_dim != input.dim() - 1 and not channel_first else input
     return rows, C, out_shape
 
 
@@ -485,7 +492,11 @@ def _class_loss(op, input, target, weight, ignore_index, reduction, label_smooth
                            f"{_tname(target.dtype)}")
     ignore_index = _int_arg("cross_entropy_loss" if op == "cross_entropy" else "nll_loss_nd", "ignore_index", 5,
                             ignore_index)
-    rows, C, out_shape = _class_rows(op, input, target, weight, probs)
+    inner = math.prod(input.shape[2:])
+    # (N, C, d1..dK): kernels read the classes in place, `inner` apart (no transposed copy; inside a trace
+    # the caller's graph takes rows)
+    cf = inner >= _CF_INNER and not (_state.tracing and inline.active())
+    rows, C, out_shape = _class_rows(op, input, target, weight, probs, cf)
     if not probs:  # torch differentiates the weight of class-probability targets only
         _no_grad_weights("nll_loss_forward", weight=weight)
     dtype = torch.result_type(input, target) if probs else input.dtype
@@ -496,7 +507,7 @@ def _class_loss(op, input, target, weight, ignore_index, reduction, label_smooth
     params = {"scale": 1.0, "eps": float(label_smoothing), "eps_over_c": float(label_smoothing) / C if C else 0.0}
     w = [_canon(weight, cdt)] if weight is not None else []
     if probs:
-        t = target.movedim(1, -1) if target.dim() > 2 else target
+        t = target.movedim(1, -1) if target.dim() > 2 and not cf else target
         tensors = [x, _canon(t, cdt)] + w
         graph = D.cross_entropy_probs(reduction, weight is not None, smoothing)
         params["scale"] = _scale(R) if reduction == "mean" else 1.0
@@ -510,9 +521,17 @@ def _class_loss(op, input, target, weight, ignore_index, reduction, label_smooth
             graph = D.nll_loss(reduction, weight is not None)
         else:
             graph = D.cross_entropy(reduction, weight is not None, smoothing)
+    if cf:
+        graph, params["__inner"] = _channel_first(graph), inner
     prob = Problem(graph, R * C, C, R, cdt, params)
     out = _execute(prob, tensors, use_autogen, handwritten_for("FUSED", op, prob), out_shape)
     return _finish(out, reduction, out_shape, dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _channel_first(graph):
+    """A rows-of-C decomposition over a channel-first (N, C, d1..dK) tensor, read in place."""
+    return dataclasses.replace(graph, mode="cf")
 
 
 @_small_to_torch

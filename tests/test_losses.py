@@ -1,10 +1,12 @@
 """Every loss x option x reduction x dtype x path against torch: forward values and gradients."""
+import math
+
 import pytest
 import torch
 import torch.nn.functional as TF
 
 import autogen
-from autogen import functional as AF
+from autogen import executor, functional as AF
 from cases import CASES, DISTANCE_CASE, DTYPES, PATHS, compare
 
 
@@ -109,3 +111,49 @@ def test_small_inputs_other_arguments_take_torchs_function(call, monkeypatch):
     out = call(AF, x, t)
     torch.testing.assert_close(out, ref, rtol=0, atol=0)
     torch.testing.assert_close(torch.autograd.grad(out.sum(), x)[0], torch.autograd.grad(ref.sum(), x)[0])
+
+
+# (N, C, d1..dK): from inner = d1 * .. * dK of _CF_INNER on the kernel reads the classes in place (a
+# channel-first kernel); below it (and for C alone) rows of C. Ranks 3-5, odd sizes, C = 1, empty.
+CF_SHAPES = [(3, 4, 5), (2, 5, 3, 7), (2, 3, 1, 5, 3), (3, 1, 4, 5), (0, 3, 4), (2, 4, 3), (3, 4, 1, 1), (2, 3, 2)]
+CF_CASES = {  # every option (each kernel covers several: a distinct kernel costs a compile)
+    "cross_entropy-weight-ignore-smoothing": ("cross_entropy", "index", {"weight": 1, "ignore_index": 1,
+                                                                       "label_smoothing": 0.1}),
+    "cross_entropy-probs-weight-smoothing": ("cross_entropy", "probs", {"weight": 1, "label_smoothing": 0.2}),
+    "nll_loss-weight-ignore": ("nll_loss", "index", {"weight": 1, "ignore_index": 0}),
+}
+
+
+@pytest.mark.parametrize("dtype,reduction", [(torch.float64, r) for r in ("none", "mean", "sum")]
+                         + [(torch.float32, "mean")], ids=str)
+@pytest.mark.parametrize("case", list(CF_CASES))
+def test_channel_first_classes_read_in_place(case, dtype, reduction, monkeypatch):
+    op, target, options = CF_CASES[case]
+    modes = []
+    plan = executor.fused_plan
+    monkeypatch.setattr(executor, "fused_plan", lambda graph, *a: modes.append(graph.mode) or plan(graph, *a))
+    gen = torch.Generator().manual_seed(0)
+    for shape in CF_SHAPES:
+        x = torch.randn(shape, dtype=dtype, generator=gen) * 2
+        C = shape[1]
+        if target == "probs":
+            t = torch.softmax(torch.randn(shape, dtype=dtype, generator=gen), 1)
+        else:
+            t = torch.randint(0, C, shape[:1] + shape[2:], generator=gen)
+            t.view(-1)[::3] = options["ignore_index"]
+            x = torch.log_softmax(x, 1) if op == "nll_loss" else x
+        kwargs = dict(options, weight=torch.rand(C, dtype=dtype, generator=gen) + 0.5)
+        modes.clear()
+        compare(lambda a, b: getattr(AF, op)(a, b, reduction=reduction, use_autogen=True, **kwargs),
+                lambda a, b: getattr(TF, op)(a, b, reduction=reduction, **kwargs),
+                [x.requires_grad_(), t.requires_grad_(target == "probs")], paths={"autogen"}, fused=True)
+        inner = math.prod(shape[2:])
+        assert set(modes) == {"cf" if inner >= AF._CF_INNER else "row"}, (shape, modes)
+
+
+def test_channel_first_non_contiguous_input():
+    x = torch.randn(2, 5, 3, 4, dtype=torch.float64).transpose(2, 3)  # strided: read after one contiguous copy
+    t = torch.randint(0, 5, (2, 4, 3))
+    compare(lambda a, b: AF.cross_entropy(a, b, reduction="none", use_autogen=True),
+            lambda a, b: TF.cross_entropy(a, b, reduction="none"), [x.requires_grad_(), t],
+            paths={"autogen"}, fused=True)
