@@ -278,7 +278,7 @@ def run(name, input, inplace=False, variant=None, **options):
 
 
 class _Masked(torch.autograd.Function):
-    """A piecewise-constant derivative: the kernel's one-byte mask is all that is saved. torch's
+    """A piecewise-constant derivative: the kernel's bit-packed mask is all that is saved. torch's
     backward reads the input (the result for relu) and raises if it was changed in place since the
     forward; ours checks that tensor's version through a weak reference, so it keeps no tensor alive
     (one freed since cannot have been changed)."""

@@ -1,6 +1,6 @@
 """Handwritten kernels: gelu ('none' and 'tanh') and silu, and the nonlinearities whose derivative is
 piecewise constant (relu, relu6, leaky_relu, hardtanh, threshold, hardshrink, softshrink,
-hardsigmoid: MASKED), which save a one-byte mask instead of a tensor.
+hardsigmoid: MASKED), which save a bit-packed mask (one bit per element) instead of a tensor.
 
 NONLINEAR maps a name to an engine factory, as FUSED does for losses: `supports(prob)` says
 whether the problem is one the kernels implement, `factory(prob, reason)` builds the engine
@@ -26,7 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 from autogen import mathlib
 from autogen.codegen import _MATHLIB
@@ -205,12 +207,14 @@ class SiLU(_Engine):
 NONLINEAR = {"gelu": GELU, "silu": SiLU}  # and the MASKED ones below
 
 
-# -- piecewise-constant derivatives: a one-byte mask saved instead of a tensor -----------------
+# -- piecewise-constant derivatives: a bit-packed mask saved instead of a tensor --------------
+# fwd+bwd then moves x, y, g, dx and n/4 mask bytes (eager: x, y, g, y or x, dx); a byte per element
+# measured slower than eager in float32 (bench: `autogen bench --states-only`)
 @dataclass(frozen=True)
 class Masked:
     """A nonlinearity whose derivative is `on` where torch's backward condition holds, else `off`
     (a number, or the name of the option it is): forward writes the value and that condition as one
-    byte per element, backward reads grad_output and the byte."""
+    bit per element, backward reads grad_output and the bit."""
     params: tuple = ()          # the options the kernel takes, in order (a, b in the kernel)
     on: float = 1.0
     off: object = 0.0
@@ -230,61 +234,114 @@ MASKED = {  # torch's forward and its backward's condition per op are written in
 _OP = {name: k for k, name in enumerate(MASKED)}
 
 
+_LANES = 8               # mask bits per byte
+_BYTES = _BLOCK // _LANES  # mask bytes of a full block
+
+
+def _mask_bytes(n):
+    """Bytes of the bit-packed mask of n elements: a block's n_b elements in ceil(n_b / 8) bytes (lane k,
+    bit k of each byte, is the block's k-th run of that many elements, so every loop is contiguous)."""
+    return -(-n // _LANES)
+
+
+_I8 = ir.IntType(8)
+
+
+# 8-bit mask arithmetic (numba widens uint8 operators to int64: its vector loops then run in 64-bit lanes)
+@intrinsic
+def _with_bit(typingctx, byte, keep, bit, m):
+    """(byte & keep) | (bit where m)."""
+    def codegen(context, builder, sig, args):
+        b, k, bit, m = args
+        return builder.or_(builder.and_(b, k), builder.select(m, bit, ir.Constant(_I8, 0)))
+    return types.uint8(types.uint8, types.uint8, types.uint8, types.boolean), codegen
+
+
+@intrinsic
+def _has_bit(typingctx, byte, bit):
+    def codegen(context, builder, sig, args):
+        return builder.icmp_unsigned("!=", builder.and_(args[0], args[1]), ir.Constant(_I8, 0))
+    return types.boolean(types.uint8, types.uint8), codegen
+
+
 @functools.lru_cache(maxsize=None)
 def _masked_forward(F, op, with_mask, ld=_same, st=_same, salt=_MATHLIB):
-    """value and mask (1 where the derivative is `on`) of op `op` (an index into MASKED), params a, b;
-    the value alone without `with_mask` (no gradient wanted)."""
+    """value and bit-packed mask (1 where the derivative is `on`) of op `op` (an index into MASKED), params
+    a, b; the value alone without `with_mask` (no gradient wanted)."""
     ZERO, SIX, THREE = F(0.0), F(6.0), F(3.0)
     RELU, RELU6, LEAKY, HARDTANH, THRESHOLD, HARDSHRINK, SOFTSHRINK, HARDSIGMOID = range(8)
+
+    @njit(inline="always", **_JIT)
+    def value(v, a, b):
+        if op == RELU:  # NaN and -0.0 pass; gradient where not x <= 0 (NaN: passes)
+            return (ZERO if v < ZERO else v), not v <= ZERO
+        if op == RELU6:  # clamp (NaN stays), gradient strictly inside (0, 6)
+            return (SIX if v > SIX else (ZERO if v < ZERO else v)), (v > ZERO) & (v < SIX)
+        if op == LEAKY:  # gradient 1 where x > 0, else the slope (NaN: the slope)
+            return (v if v > ZERO else v * a), v > ZERO
+        if op == HARDTANH:
+            c = a if v < a else v
+            return (b if c > b else c), (v > a) & (v < b)
+        if op == THRESHOLD:  # gradient where not x <= threshold
+            return (b if v <= a else v), not v <= a
+        if op == HARDSHRINK:  # 0 on [-l, l]; gradient where |x| > l (NaN: none)
+            return (ZERO if (v >= -a) & (v <= a) else v), (v < -a) | (v > a)
+        if op == SOFTSHRINK:  # v * 0: NaN stays NaN
+            return (v - a if v > a else (v + a if v < -a else v * ZERO)), (v < -a) | (v > a)
+        t = v + THREE  # HARDSIGMOID: clamp(x + 3, 0, 6) / 6, gradient strictly inside (-3, 3)
+        return (SIX if t > SIX else (ZERO if t < ZERO else t)) / SIX, (v > -THREE) & (v < THREE)
 
     @njit(**_JIT)
     def forward(lo, hi, x, out, mask, a, b):
         salt  # noqa: B018
         for blk in range(lo, hi):
-            s, e = blk * _BLOCK, min(blk * _BLOCK + _BLOCK, x.size)
-            xs, ys, ms = x[s:e], out[s:e], mask[s:e]
-            for i in range(e - s):
-                v = ld(xs[i])
-                if op == RELU:  # NaN and -0.0 pass; gradient where not x <= 0 (NaN: passes)
-                    y, m = (ZERO if v < ZERO else v), not v <= ZERO
-                elif op == RELU6:  # clamp (NaN stays), gradient strictly inside (0, 6)
-                    y, m = (SIX if v > SIX else (ZERO if v < ZERO else v)), (v > ZERO) & (v < SIX)
-                elif op == LEAKY:  # gradient 1 where x > 0, else the slope (NaN: the slope)
-                    y, m = (v if v > ZERO else v * a), v > ZERO
-                elif op == HARDTANH:
-                    c = a if v < a else v
-                    y, m = (b if c > b else c), (v > a) & (v < b)
-                elif op == THRESHOLD:  # gradient where not x <= threshold
-                    y, m = (b if v <= a else v), not v <= a
-                elif op == HARDSHRINK:  # 0 on [-l, l]; gradient where |x| > l (NaN: none)
-                    y, m = (ZERO if (v >= -a) & (v <= a) else v), (v < -a) | (v > a)
-                elif op == SOFTSHRINK:
-                    y = v - a if v > a else (v + a if v < -a else v * ZERO)  # v * 0: NaN stays NaN
-                    m = (v < -a) | (v > a)
-                else:  # HARDSIGMOID: clamp(x + 3, 0, 6) / 6, gradient strictly inside (-3, 3)
-                    t = v + THREE
-                    y, m = (SIX if t > SIX else (ZERO if t < ZERO else t)) / SIX, (v > -THREE) & (v < THREE)
-                ys[i] = st(y)
-                if with_mask:
-                    ms[i] = m
+            s = blk * _BLOCK
+            n = min(_BLOCK, x.size - s)
+            w = -(-n // _LANES)
+            ms = mask[blk * _BYTES:blk * _BYTES + w]
+            for k in range(_LANES):
+                c = max(min(w, n - k * w), 0)
+                xs, ys = x[s + k * w:s + k * w + c], out[s + k * w:s + k * w + c]
+                keep = np.uint8(0 if k == 0 else 0xFF)  # lane 0 writes the byte, the others add their bit
+                bit = np.uint8(1 << k)
+                for j in range(c):
+                    y, m = value(ld(xs[j]), a, b)
+                    ys[j] = st(y)
+                    if with_mask:
+                        ms[j] = _with_bit(ms[j], keep, bit, m)
     return forward
 
 
 @functools.lru_cache(maxsize=None)
 def _masked_backward(F, zero_off, ld=_same, st=_same, salt=_MATHLIB):
-    """grad = g * on where the mask is set, else g * off (0, not 0 * g, when off is 0: g may be inf)."""
+    """grad = g * on where the mask bit is set, else g * off (0, not 0 * g, when off is 0: g may be inf)."""
     ZERO = F(0.0)
 
     @njit(**_JIT)
-    def backward(lo, hi, mask, gout, grad, on, off):
+    def backward(lo, hi, gout, mask, grad, on, off):
         salt  # noqa: B018
         for blk in range(lo, hi):
-            s, e = blk * _BLOCK, min(blk * _BLOCK + _BLOCK, mask.size)
-            ms, gs, rs = mask[s:e], gout[s:e], grad[s:e]
-            for i in range(e - s):
-                g = ld(gs[i])
-                rs[i] = st(g * on if ms[i] else (ZERO if zero_off else g * off))
+            s = blk * _BLOCK
+            n = min(_BLOCK, gout.size - s)
+            w = -(-n // _LANES)
+            ms = mask[blk * _BYTES:blk * _BYTES + w]
+            for k in range(_LANES):
+                c = max(min(w, n - k * w), 0)
+                gs, rs = gout[s + k * w:s + k * w + c], grad[s + k * w:s + k * w + c]
+                bit = np.uint8(1 << k)
+                for j in range(c):
+                    g = ld(gs[j])
+                    rs[j] = st(g * on if _has_bit(ms[j], bit) else (ZERO if zero_off else g * off))
     return backward
+
+
+def unpack(mask, n):
+    """The bit-packed mask of n elements as a bool tensor (torch ops)."""
+    full, rest = divmod(n, _BLOCK)
+    lanes = torch.arange(_LANES, dtype=torch.uint8)
+    head = mask[:full * _BYTES].view(full, 1, _BYTES).bitwise_right_shift(lanes.view(1, _LANES, 1))
+    tail = mask[full * _BYTES:].view(1, -1).bitwise_right_shift(lanes.view(_LANES, 1))
+    return torch.cat([head.reshape(-1), tail.reshape(-1)[:rest]]).bitwise_and(1).bool()
 
 
 class MaskedEngine:
@@ -313,24 +370,25 @@ class MaskedEngine:
         flat = pooled(x.numel(), x.dtype)
         out = torch.empty(0, dtype=x.dtype).set_(flat.untyped_storage(), 0, x.shape)
         # the mask's bytes from the pool as float32 words (the pool keeps float buffers)
-        mask = pooled(-(-x.numel() // 4), torch.float32).view(torch.uint8)[:x.numel()] if with_mask else x
+        nbytes = _mask_bytes(x.numel())
+        mask = pooled(-(-nbytes // 4), torch.float32).view(torch.uint8)[:nbytes] if with_mask else x
         _run(_masked_forward(_NP[self.prob.dtype], _OP[self.prob.graph.name], with_mask, *_io(x.dtype)), x, out,
              mask, *self.args)
         note(self.prob.graph.name, self.path, True, "forward", self.reason)
-        return out, (mask.view(x.shape) if with_mask else None)
+        return out, (mask if with_mask else None)
 
     def backward(self, mask, gout, dtype=None):
         """grad in `dtype` (the input's; the compute dtype by default)."""
         note(self.prob.graph.name, self.path, True, "backward", self.reason)
-        gout = gout.to(dtype or self.prob.dtype).reshape(mask.shape).contiguous()
+        gout = gout.to(dtype or self.prob.dtype).contiguous()
         grad = pooled_like(gout)
-        _run(_masked_backward(_NP[self.prob.dtype], self.off == 0, *_io(gout.dtype)), mask, gout, grad, self.on,
+        _run(_masked_backward(_NP[self.prob.dtype], self.off == 0, *_io(gout.dtype)), gout, mask, grad, self.on,
              self.off)
         return grad
 
     def backward_ops(self, mask, gout):
         """The same gradient in torch ops (differentiable in gout: create_graph=True)."""
-        m = mask.bool()
+        m = unpack(mask, gout.numel()).view(gout.shape)
         on = gout * self.on if self.on != 1 else gout
         return torch.where(m, on, gout * self.off if self.off != 0 else torch.zeros((), dtype=gout.dtype))
 

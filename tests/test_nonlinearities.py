@@ -108,10 +108,11 @@ def _saved(fn, *args):
 @pytest.mark.parametrize("name,opts", [c for c in _cases() if c[0] in MASKED],
                          ids=[f"{n}-{'-'.join(map(str, o.values())) or 'default'}" for n, o in _cases() if n in MASKED])
 def test_mask_is_all_that_is_saved(name, opts, dtype, every_size):
-    """A piecewise-constant derivative saves one byte per element; values, gradients and the gradient of
-    the gradient (create_graph) as torch's at the kinks, the thresholds and NaN."""
+    """A piecewise-constant derivative saves one bit per element; values, gradients and the gradient of
+    the gradient (create_graph) as torch's at the kinks, the thresholds and NaN (91 elements: the mask's
+    last lane is short)."""
     vals = torch.tensor(SPECIAL + [-6.0, 0.2, -0.2, 0.1, -0.1], dtype=dtype)
-    x = torch.cat([vals, -vals, torch.randn(30, dtype=dtype) * 4]).requires_grad_()
+    x = torch.cat([vals, -vals, torch.randn(33, dtype=dtype) * 4]).requires_grad_()
     with autogen.policy("medium"), autogen.record() as rec:
         y, nbytes = _saved(lambda t: getattr(AF, name)(t, **opts), x)
         g = torch.randn_like(y, requires_grad=True)
@@ -124,13 +125,33 @@ def test_mask_is_all_that_is_saved(name, opts, dtype, every_size):
     except RuntimeError as exc:  # hardsigmoid: torch has no double backward
         assert "not implemented" in str(exc)
         gg_ref = gg
-    assert nbytes == x.numel() and ref_bytes == x.numel() * x.element_size()
+    assert nbytes == -(-x.numel() // 8) and ref_bytes == x.numel() * x.element_size()
     tol = dict(tolerances(dtype), equal_nan=True)
     torch.testing.assert_close(y, y_ref, **tol)
     torch.testing.assert_close(gx, gx_ref, **tol)
     torch.testing.assert_close(gg, gg_ref, **tol)
     assert {(c.op, c.path, c.phase) for c in rec.calls} == {(name, "handwritten", "forward"),
                                                             (name, "fallback", "backward")}  # create_graph
+
+
+@pytest.mark.parametrize("n", [3, 2 * 16384 + 13])
+@pytest.mark.parametrize("name", ["relu", "hardtanh"])
+def test_mask_bits_across_blocks(name, n, every_size):
+    """The bit-packed mask per block of elements (each block's bytes, its last lane short) and a last partial
+    block: gradients as torch's, through the kernel and through the torch ops of create_graph."""
+    x = torch.randn(n) * 2
+    x[::7] = torch.tensor(SPECIAL).repeat(n // 7 // len(SPECIAL) + 1)[:len(x[::7])]
+    x.requires_grad_()
+    g = torch.randn(n)
+    with autogen.policy("medium"), autogen.record() as rec:
+        y = getattr(AF, name)(x)
+        (gx,) = torch.autograd.grad(y, x, g, retain_graph=True)
+        (gc,) = torch.autograd.grad(y, x, g.requires_grad_(), create_graph=True)
+    (ref,) = torch.autograd.grad(getattr(TF, name)(x), x, g)
+    torch.testing.assert_close(gx, ref, rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(gc, ref, rtol=0, atol=0, equal_nan=True)
+    assert {(c.path, c.phase) for c in rec.calls} == {("handwritten", "forward"), ("handwritten", "backward"),
+                                                      ("fallback", "backward")}
 
 
 @pytest.mark.parametrize("name", list(MASKED))
