@@ -153,7 +153,9 @@ NONLINEARITIES = _table(
 # Policy medium (and disabled) runs our kernel for a nonlinearity only from the size at which it measured
 # faster than torch's own op, in both allocator states: name -> (elements with a gradient, without), None
 # where it was slower at every size measured. Measured on float32 by `autogen bench --crossovers` (it
-# prints this table); other dtypes follow float32. FASTER_FROM = None sends every size to our kernel.
+# prints this table), float64 following; FASTER_FROM_16BIT for bfloat16 and float16 inputs (16-bit storage
+# halves our kernels' bytes, while torch's computes through float32), by `autogen bench --crossovers --dtype
+# bfloat16`. FASTER_FROM = None sends every size, in every dtype, to our kernel.
 FASTER_FROM = {
     "relu": (None, None), "relu6": (None, None), "leaky_relu": (None, None), "elu": (1 << 20, 1 << 18),
     "selu": (1 << 18, 1 << 16), "celu": (1 << 20, 1 << 16), "gelu": (None, None), "silu": (None, None),
@@ -162,6 +164,20 @@ FASTER_FROM = {
     "hardsigmoid": (None, None), "hardswish": (None, None), "hardshrink": (None, None), "softshrink": (None, None),
     "tanhshrink": (1 << 16, 1 << 16), "threshold": (None, None), "prelu": (1 << 18, None), "glu": (1 << 22, None),
 }
+FASTER_FROM_16BIT = {
+    "relu": (None, None), "relu6": (1 << 22, 1 << 22), "leaky_relu": (None, None), "elu": (1 << 20, 1 << 16),
+    "selu": (1 << 18, 1 << 16), "celu": (1 << 18, 1 << 16), "gelu": (None, None), "silu": (None, None),
+    "mish": (1 << 16, 1 << 16), "sigmoid": (None, None), "tanh": (1 << 20, 1 << 16), "softplus": (1 << 22, None),
+    "softsign": (1 << 18, 1 << 18), "logsigmoid": (None, 1 << 22), "hardtanh": (1 << 22, None),
+    "hardsigmoid": (1 << 22, None), "hardswish": (None, None), "hardshrink": (None, None),
+    "softshrink": (1 << 22, 1 << 20), "tanhshrink": (1 << 18, 1 << 16), "threshold": (None, None),
+    "prelu": (1 << 18, None), "glu": (None, None),
+}
+
+
+def _faster_from(dtype):
+    """The size table for inputs of `dtype`."""
+    return FASTER_FROM_16BIT if dtype in _LOW16 else FASTER_FROM
 
 
 def _torch_faster(name, input, *others):
@@ -170,7 +186,7 @@ def _torch_faster(name, input, *others):
     if FASTER_FROM is None or _policy.get_policy() == "aggressive":
         return None
     grad = torch.is_grad_enabled() and (input.requires_grad or any(t.requires_grad for t in others))
-    limit = FASTER_FROM.get(name, (None, None))[0 if grad else 1]
+    limit = _faster_from(input.dtype).get(name, (None, None))[0 if grad else 1]
     n = input.numel()
     return None if limit is not None and n >= limit else (n, grad, limit)
 
@@ -232,7 +248,7 @@ def run(name, input, inplace=False, variant=None, **options):
     if _calm[0] and type(input) is _Tensor and FASTER_FROM is not None and not _ops.compiling():
         # the common call (policy medium or disabled, nothing recorded or traced): torch's op where it is
         # faster, in as few steps as we can (at 1K elements torch's whole call is ~2 us)
-        limit = FASTER_FROM.get(name, _NEVER)[0 if input.requires_grad and torch.is_grad_enabled() else 1]
+        limit = _faster_from(input.dtype).get(name, _NEVER)[0 if input.requires_grad and torch.is_grad_enabled() else 1]
         if (limit is None or input.numel() < limit) and input.is_floating_point() and not input.is_meta:
             if variant is not None:
                 options["approximate"] = variant

@@ -379,15 +379,16 @@ def nonlinearity_states(names, n, reps, modes, threads=None):
 CROSSOVER_SIZES = (1 << 16, 1 << 18, 1 << 20, 1 << 22)
 
 
-def crossover_child(names, sizes, reps):
-    """eager / ours (policy medium, its size table off) per name, size and mode, on one thread (CPU time)."""
+def crossover_child(names, sizes, reps, dtype="float32"):
+    """eager / ours (policy medium, its size table off) per name, size and mode, on one thread (CPU time), on
+    `dtype` data."""
     from autogen import activations
     activations.FASTER_FROM = None  # every size to our kernel
     torch.set_num_threads(1)
     ratios = {}
     for name in names:
         for n in sizes:
-            args = nonlinearity_args(name, n)
+            args = _in_dtype(nonlinearity_args(name, n), getattr(torch, dtype))
             for mode in MODES:
                 fns = {v: MODES[mode](NL_VARIANTS[v](name), args) for v in ("eager", "default")}
                 for _ in range(4):
@@ -398,14 +399,16 @@ def crossover_child(names, sizes, reps):
     return ratios
 
 
-def crossovers(names, sizes=CROSSOVER_SIZES, reps=15):
+def crossovers(names, sizes=CROSSOVER_SIZES, reps=15, dtype="float32"):
     """The size from which ours measured faster than eager, in both allocator states, at every size measured from
-    there up: {name: (with gradient, without)}, None where at no size. Prints it as activations.FASTER_FROM."""
+    there up: {name: (with gradient, without)}, None where at no size. Prints it as activations.FASTER_FROM
+    (FASTER_FROM_16BIT for a 16-bit dtype)."""
     import subprocess
     states = []
     for env in STATES.values():
         cmd = [sys.executable, "-c", "import json, sys; from autogen import bench; "
-               "print(json.dumps(bench.crossover_child(*json.loads(sys.argv[1]))))", json.dumps([names, sizes, reps])]
+               "print(json.dumps(bench.crossover_child(*json.loads(sys.argv[1]))))",
+               json.dumps([names, sizes, reps, dtype])]
         res = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True, check=True)
         states.append(json.loads(res.stdout.strip().splitlines()[-1]))
     table = {}
@@ -418,7 +421,8 @@ def crossovers(names, sizes=CROSSOVER_SIZES, reps=15):
             print(f"{name:12s} {mode:8s} " + " ".join(f"{_size_label(n)}: " + "/".join(
                 f"{st[f'{name} {n} {mode}']:.2f}" for st in states) for n in sizes))
         table[name] = tuple(row)
-    print("FASTER_FROM = {  # name: (elements from which ours is faster with a gradient, without)")
+    print(f"FASTER_FROM{'_16BIT' if dtype in ('bfloat16', 'float16') else ''} = {{  # name: (elements from which "
+          f"ours is faster with a gradient, without), {dtype}")
     for name, row in table.items():
         print(f"    {name!r}: ({', '.join('None' if v is None else f'1 << {v.bit_length() - 1}' for v in row)}),")
     print("}")
@@ -827,6 +831,8 @@ def main(argv=None):
     ap.add_argument("--states-only", action="store_true", help="only the nonlinearity table in two allocator states")
     ap.add_argument("--crossovers", action="store_true",
                     help="measure activations.FASTER_FROM: where ours is faster than eager (one thread, both states)")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                    help="with --crossovers: the nonlinearities' dtype (16 bits: activations.FASTER_FROM_16BIT)")
     ap.add_argument("--states-threads", type=int, default=None,
                     help="threads for that table (default torch's; 1: timed by the thread's CPU time)")
     ap.add_argument("--no-custom", action="store_true", help="skip the custom-loss table")
@@ -867,7 +873,7 @@ def main(argv=None):
         dtype_table(dtype_names, main_size, reps, args.out, args.dtypes_threads)
         return
     if args.crossovers:
-        crossovers(nl_names, reps=reps)
+        crossovers(nl_names, reps=reps, dtype=args.dtype)
         return
     if args.states_only:
         rows = nonlinearity_states(nl_names, main_size, reps, args.modes, args.states_threads)

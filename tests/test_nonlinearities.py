@@ -197,6 +197,20 @@ def test_size_table_picks_torch_where_ours_is_slower(name, monkeypatch):
         torch.testing.assert_close(y, getattr(TF, name)(x, **opts))
 
 
+def test_size_table_per_dtype(monkeypatch):
+    """16-bit inputs take their own size table (FASTER_FROM_16BIT), float32 the other: recorded, and on the calm
+    path (no policy or record block open) told by the result's backward node."""
+    monkeypatch.setattr(activations, "FASTER_FROM", {"relu": (None, None)})
+    monkeypatch.setattr(activations, "FASTER_FROM_16BIT", {"relu": (1, 1)})
+    for dtype, want in ((torch.float32, "fallback"), (torch.bfloat16, "handwritten")):
+        x = torch.randn(64).to(dtype).requires_grad_()
+        with autogen.policy("medium"), autogen.record() as rec:
+            AF.relu(x).sum().backward()
+        assert {c.path for c in rec.calls} == {want}, (dtype, rec.calls)
+        ours = "Masked" in type(AF.relu(x).grad_fn).__name__
+        assert ours == (want == "handwritten"), (dtype, AF.relu(x).grad_fn)
+
+
 @pytest.mark.parametrize("name", ["elu", "gelu", "mish", "softplus", "logsigmoid", "prelu", "glu", "hardswish"])
 def test_gradcheck_float64(name, every_size):
     args = _inputs(name, torch.float64, False)
