@@ -157,7 +157,7 @@ NONLINEARITIES = _table(
 # halves our kernels' bytes, while torch's computes through float32), by `autogen bench --crossovers --dtype
 # bfloat16`. FASTER_FROM = None sends every size, in every dtype, to our kernel.
 FASTER_FROM = {
-    "relu": (None, None), "relu6": (None, None), "leaky_relu": (None, None), "elu": (1 << 20, 1 << 18),
+    "relu": (1 << 22, None), "relu6": (1 << 22, None), "leaky_relu": (1 << 22, None), "elu": (1 << 20, 1 << 18),
     "selu": (1 << 18, 1 << 16), "celu": (1 << 20, 1 << 16), "gelu": (None, None), "silu": (None, None),
     "mish": (1 << 18, 1 << 16), "sigmoid": (None, None), "tanh": (1 << 18, 1 << 16), "softplus": (1 << 22, 1 << 22),
     "softsign": (1 << 18, 1 << 18), "logsigmoid": (1 << 22, 1 << 20), "hardtanh": (None, None),
