@@ -160,6 +160,11 @@ def render(spec, cache=True, parallel=False):
                 out += [f"{v} = __np.float64({prim.init})", "for __r in range(__R):", f"    {first}"]
                 out += [f"    {line(m, names, 'cf1' if cf else 'row')}" for m in rows]
                 out += [f"    {v} = " + (prim.fold or prim.combine).format(names[arg.digest], acc=v), f"{v} = __F({v})"]
+            elif _per_col(n):  # a whole-tensor reduction of a per-column value: over the columns, once
+                cols = [m for m in toposort([n.args[0]]) if m.level == COL and not _inline(m)]
+                out += [f"{v} = __np.float64({prim.init})", "for __j in range(__C):"]
+                out += [f"    {line(m, names, 'row')}" for m in cols]
+                out += [f"    {v} = " + prim.combine.format(names[n.args[0].digest], acc=v), f"{v} = __F({v})"]
             elif _group(n) == "reduce_all":  # the per-row partials of a pass, combined in row order in float64
                 k = part_index[n.digest]
                 out += [f"{v} = __np.float64({prim.init})", "for __q in range(__R):",
@@ -207,6 +212,11 @@ _LANES_MIN, _LANES_MAX, _BLOCK_ELEMS = 16, 512, 8192
 _DTYPES = {"f": "__F", "i": "__np.int64", "b": "__np.bool_"}
 
 
+def _per_col(n):
+    """A whole-tensor reduction of a value that varies along the columns only (a mean of per-class sums)."""
+    return _group(n) == "reduce_all" and n.args[0].level == COL
+
+
 def _inline(n):
     """Leaves other than element loads are used in place; identities alias their value."""
     return n.op in ("param", "const") or (n.op == "input" and n.level == SCALAR) or _group(n) == "identity"
@@ -232,12 +242,19 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False):
     def loop(k, sub=0):
         return loops.setdefault((k, sub), {"init": [], "sinks": []})
     row_end = []
+    col_sums = {}  # channel-first: loop -> the sums over the rows it adds a block's lanes to (per class)
     for n in p.col_reduces:
         arg = n.args[0]
         if not arg.level & COL:
             raise ScheduleError(f"{spec.label}: a sum over the rows of per-row values")
-        loop(depth[arg.digest])["sinks"].append((arg, f"__c{idx[n.digest]}[__b, __j] += {names[arg.digest]}"))
-    reductions = sorted([n for n in p.nodes if _group(n) == "reduce_row"] + p.reduces, key=lambda n: idx[n.digest])
+        k = idx[n.digest]
+        if cf:  # the block's lanes summed in a register (vectorized), then added to the chunk's sum once
+            col_sums.setdefault((depth[arg.digest], 0), []).append(k)
+            loop(depth[arg.digest])["sinks"].append((arg, f"__s{k} += {names[arg.digest]}"))
+        else:
+            loop(depth[arg.digest])["sinks"].append((arg, f"__c{k}[__b, __j] += {names[arg.digest]}"))
+    reductions = sorted([n for n in p.nodes if _group(n) == "reduce_row"] + [n for n in p.reduces if not _per_col(n)],
+                        key=lambda n: idx[n.digest])
     for n in reductions:
         group = _group(n)
         arg = n.args[0]
@@ -362,7 +379,10 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False):
     else:
         row_begin += first
     for lp in out:
-        lp["head"], lp["pad"] = head, " " * (8 if cf else 4)
+        sums = col_sums.get(lp.pop("key"), [])
+        lp["head"] = head[:-1] + [f"    __s{k} = __zero" for k in sums] + head[-1:]
+        lp["tail"] = [f"    __c{k}[__b, __j] += __s{k}" for k in sums]
+        lp["pad"] = " " * (8 if cf else 4)
     return dict(row_begin=row_begin, loops=out, row_end=row_end)
 
 
@@ -372,7 +392,7 @@ def _loops(loops, after, nloops):
     for k in range(nloops):
         for key in sorted(sub for sub in loops if sub[0] == k):
             lp = loops[key]
-            out.append({"init": lp["init"], "body": lp["body"], "after": []})
+            out.append({"key": key, "init": lp["init"], "body": lp["body"], "after": []})
         if out:
             out[-1]["after"] += after.get(k, [])
     return out

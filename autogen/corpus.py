@@ -338,10 +338,27 @@ class ClassBalancedBCE(torch.nn.Module):
         return (F.binary_cross_entropy_with_logits(logits, target, reduction="none") * w).mean()
 
 
+@autogen_loss
+class SegmentationCE(torch.nn.Module):
+    """Cross-entropy of (N, C, H, W) logits against (N, H, W) classes: the classes read in place, along dim 1."""
+    def forward(self, logits, target):
+        return F.cross_entropy(logits, target, label_smoothing=0.05)
+
+
+@autogen_loss
+class MultiClassDice(torch.nn.Module):
+    """Soft Dice per class of (N, C, H, W) logits (softmax along dim 1, sums over the batch and the pixels)."""
+    def forward(self, logits, onehot):
+        p = torch.softmax(logits, dim=1)
+        inter = (p * onehot).sum(dim=(0, 2, 3))
+        card = (p + onehot).sum(dim=(0, 2, 3))
+        return 1 - ((2 * inter + 1) / (card + 1)).mean()
+
+
 @dataclass(frozen=True)
 class Entry:
     cls: type
-    kind: str        # 'reg' | 'cls' | 'soft' | 'pair' | 'binary' | 'three' | 'pairs' | 'pref' | 'masked'
+    kind: str        # 'reg' | 'cls' | 'soft' | 'pair' | 'binary' | 'three' | 'pairs' | 'pref' | 'masked' | 'seg' | 'segdice'
     diff: tuple      # inputs that get gradients
 
 
@@ -355,7 +372,8 @@ CORPUS = [
     Entry(Distillation, "pair", (0,)), Entry(JensenShannon, "pair", (0, 1)),
     Entry(BinaryFocal, "binary", (0,)), Entry(Asymmetric, "binary", (0,)), Entry(SmoothBCE, "binary", (0,)),
     Entry(SquaredHinge, "binary", (0,)), Entry(CosineSimilarityLoss, "pair", (0, 1)),
-    Entry(Contrastive, "pairs", (0, 1)), Entry(DPO, "pref", (0, 1)),
+    Entry(Contrastive, "pairs", (0, 1)), Entry(DPO, "pref", (0, 1)), Entry(SegmentationCE, "seg", (0,)),
+    Entry(MultiClassDice, "segdice", (0,)),
     Entry(SoftDice, "binary", (0,)), Entry(Jaccard, "binary", (0,)), Entry(Tversky, "binary", (0,)),
     Entry(FocalTversky, "binary", (0,)), Entry(NormalizedMSE, "reg", (0, 1)), Entry(Pearson, "reg", (0, 1)),
     Entry(MaskedMean, "masked", (0,)), Entry(CenteredMSE, "reg", (0, 1)), Entry(ClassBalancedBCE, "binary", (0,)),
@@ -388,4 +406,10 @@ def make(kind, dtype, rows, cols, generator=None):
     if kind == "pref":
         n = rows * cols
         return [randn(n), randn(n), randn(n), randn(n)]
+    if kind in ("seg", "segdice"):  # (N, C, H, W) logits, C = cols, N * H * W = rows
+        n = 2 if rows % 2 == 0 else 1
+        w = 4 if rows // n % 4 == 0 else 1
+        t = torch.randint(0, cols, (n, rows // n // w, w), generator=g)
+        x = randn(n, cols, rows // n // w, w) * 2
+        return [x, t] if kind == "seg" else [x, F.one_hot(t, cols).movedim(-1, 1).to(dtype)]
     raise KeyError(kind)

@@ -77,6 +77,7 @@ class _Lowering:
         base = tuple(example[self.base_index].shape)
         self.base = base if len(base) >= 2 else (1,) * (2 - len(base)) + base  # (R..., C), at least 2-D
         self.k = len(self.base) - 1   # index of the last (column) axis
+        self.k = _class_axis(gm, self.base, self.k)  # or dim 1: channel-first (N, C, d1..dK), read in place
         self.env = {}
         for i, (node, t) in enumerate(zip(placeholders, example)):
             self.env[node] = self._placeholder(i, t)
@@ -103,8 +104,8 @@ class _Lowering:
         if _FLAT in axes:
             return ELEM
         present = {a for a in axes if a is not None and self.base[a] != 1}
-        rows = {a for a in present if a < self.k}
-        need = {a for a in range(self.k) if self.base[a] != 1}
+        rows = {a for a in present if a != self.k}
+        need = {a for a in range(len(self.base)) if a != self.k and self.base[a] != 1}
         if rows and rows != need:
             raise _Unsupported("a value that varies along only some of the leading dimensions", "")
         has_c = self.k in present
@@ -117,7 +118,7 @@ class _Lowering:
         is a scalar); ELEM stays ELEM."""
         if level == ELEM:
             return ELEM
-        rows = any(self.base[a] != 1 for a in range(self.k))
+        rows = any(self.base[a] != 1 for a in range(len(self.base)) if a != self.k)
         cols = self.base[self.k] != 1
         out = (ROW if level & ROW and rows else 0) | (COL if level & COL and cols else 0)
         full = (ROW if rows else 0) | (COL if cols else 0)
@@ -128,8 +129,8 @@ class _Lowering:
         kind = "f" if t.is_floating_point() else ("b" if t.dtype == torch.bool else "i")
         shape = tuple(t.shape)
         axes = self._aligned_axes(shape)
-        if axes is None and shape == self.base[:-1]:
-            axes = tuple(range(self.k))  # per-row values with the column dim dropped (class targets)
+        if axes is None and shape == self.base[:self.k] + self.base[self.k + 1:]:
+            axes = tuple(a for a in range(len(self.base)) if a != self.k)  # per-row values, the class dim dropped
         if axes is None:
             why = f"{what} of shape {list(shape)}, which does not broadcast to {list(self.base)}"
             if kind != "f" or len(shape) > len(self.base):
@@ -205,6 +206,8 @@ class _Lowering:
         val = self.env[out]
         if not isinstance(val, V):
             raise _Unsupported("a loss returning a Python number", "")
+        if list(a for a in val.axes if a is not None) != sorted(a for a in val.axes if a is not None):
+            raise _Unsupported("a loss returning a transposed tensor", "")
         if val.over:
             raise _Unsupported("a loss returning a tensor that broadcasts along only some dimensions", "")
         return val
@@ -281,7 +284,10 @@ class _Lowering:
         count = 1
         for d in dims:
             count *= x.shape[d]
-        if reduced == present or _FLAT in reduced:
+        if not reduced and present and _FLAT not in x.axes:  # over size-1 dims only (C = 1): the value itself
+            node = x.node
+            axes = tuple(a for d, a in enumerate(x.axes) if d not in dims) if not keepdim else x.axes
+        elif reduced == present or _FLAT in reduced:
             # a per-row value of a one-row batch is still summed: the graph (and its kernel) of any batch size
             node = A(f"{kind}_all", x.node) if present or x.node.level != SCALAR else x.node
             axes = tuple(None for _ in shape)
@@ -320,7 +326,7 @@ class _Lowering:
             it = iter(a for _, a in src)
             return V(x.node, shape, tuple(next(it) if s != 1 else None for s in shape), x.over)
         x = self.arg(n.args[0])  # anything else moves elements: not of a materialized broadcast
-        full = tuple(a for a in range(self.k + 1) if self.base[a] != 1)
+        full = tuple(a for a in range(len(self.base)) if self.base[a] != 1)
         if len(dst) == 1 and tuple(a for _, a in src) in (full, (_FLAT,)):
             return V(x.node, shape, tuple(_FLAT if s != 1 else None for s in shape))
         if _FLAT in x.axes:
@@ -624,8 +630,11 @@ def _amin(low, n, x, dims=(), keepdim=False):
 @_rule(aten._log_softmax, aten._softmax)
 def _softmax(low, n, x, dim, half_to_float=False):
     xv = low.arg(x)
+    if xv.shape[dim % len(xv.shape)] == 1:  # over one element: x - x is 0 (NaN for an infinite x), as torch's
+        zero = xv.node - xv.node
+        return V(zero if n.target is aten._log_softmax.default else A("exp", zero), xv.shape, xv.axes)
     if xv.axes[dim % len(xv.shape)] != low.k:
-        raise _Unsupported("a softmax over a dimension other than the last", "")
+        raise _Unsupported("a softmax over a dimension other than the last (or 1 of (N, C, d1..dK))", "")
     m = A("detach", A("max_row", xv.node))
     shifted = xv.node - m
     lse = A("log", A("sum_row", A("exp", shifted)))
@@ -707,7 +716,7 @@ def _permute(low, n, x, *args):
     perm = _permutation(n, len(xv.shape))
     axes = tuple(xv.axes[p] for p in perm)
     present = [a for a in axes if a is not None]
-    if present != sorted(present):
+    if present != sorted(present) and low.k == len(low.base) - 1:
         raise _Unsupported("a transpose of data (only size-1 dimensions may move)", "")
     return V(xv.node, tuple(val.shape), axes)
 
@@ -856,6 +865,30 @@ _warned = set()
 _lock = threading.Lock()
 
 
+_ALONG = {aten._softmax.default: 1, aten._log_softmax.default: 1, aten.logsumexp.default: 1, aten.amax.default: 1,
+          aten.sum.dim_IntList: 1, aten.mean.dim: 1}  # ops reducing along their argument `dim(s)` (position)
+
+
+def _class_axis(gm, base, last):
+    """The trace's column axis: 1 for a (N, C, d1..dK) base whose reductions along one dim (or over all but
+    one) all take dim 1 (softmax(dim=1), per-class sums over dim=(0, 2, 3), a cross-entropy's movedim(1, -1)),
+    else the last."""
+    if len(base) < 3:
+        return last
+    seen = set()
+    for n in gm.graph.nodes:
+        pos = _ALONG.get(n.target)
+        if pos is not None and len(n.args) > pos and len(n.args[0].meta["val"].shape) == len(base):
+            dims = n.args[pos]
+            dims = {d % len(base) for d in ([dims] if isinstance(dims, int) else dims)}
+            rest = set(range(len(base))) - dims
+            if len(dims) == 1 or len(rest) == 1:  # along one dim, or over all but one (per-class sums)
+                seen.add(min(dims) if len(dims) == 1 else min(rest))
+        elif n.target in (aten.permute.default,) and len(n.args[1]) == len(base) and n.args[1][-1] % len(base) == 1:
+            seen.add(1)  # the class dim moved last: a built-in cross-entropy's rows of C
+    return 1 if seen == {1} else last
+
+
 def _decompositions():
     global _DECOMP
     if _DECOMP is None:
@@ -994,19 +1027,25 @@ def _lower(gm, tensors, cls, calls):
     uses_rows = any(n.level in (ROW, COL) or (n.op in PRIMS and PRIMS[n.op].group in ("reduce_row", "gather"))
                     or n.op == "iota" for n in order)
     base = low.base
-    C = base[-1]
+    C = base[low.k]
     numel = math.prod(base)
     R = numel // C if C else 0
+    # channel-first unless the classes' elements are adjacent anyway (C = 1, or (N, C, 1..1): rows of C)
+    cf = low.k != len(base) - 1 and uses_rows and math.prod(base[low.k + 1:]) > 1 and C > 1
+    if cf and level == ELEM:
+        raise _Unsupported("a per-element result of a loss reduced along dim 1 (its rows are not contiguous)", "")
+    if cf:
+        low.params["__inner"] = math.prod(base[low.k + 1:])
     used = {n.digest for n in order}
     inputs = [(node, i, how) for node, i, how in low.inputs if node.digest in used]
     index_inputs = [(node, expr) for node, expr in low.index_inputs if node.digest in used]
-    mode = "row" if uses_rows else "flat"  # flat: only per-element and scalar values, inputs included
+    mode = ("cf" if cf else "row") if uses_rows else "flat"  # flat: only per-element and scalar values
     cdt = _compute_dtype(functools.reduce(torch.promote_types, [t.dtype for t in tensors if t.is_floating_point()]))
     graph = LossGraph(cls.__name__, mode, tuple(n for n, _, _ in inputs) + tuple(n for n, _ in index_inputs),
                       loss, level)
     meta = low.output.meta["val"]
     return _Traced(graph, inputs, index_inputs, {node.attr: i for node, i, _ in low.inputs}, dict(low.params),
-                   (R * C, C, R) if mode == "row" else (numel, 0, 0), tuple(_hint(s) for s in meta.shape), meta.dtype,
+                   (R * C, C, R) if mode != "flat" else (numel, 0, 0), tuple(_hint(s) for s in meta.shape), meta.dtype,
                    cdt, base, tuple(low.consts), list(low.checks), list(low.inputs))
 
 

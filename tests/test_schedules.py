@@ -109,3 +109,25 @@ class ColumnNormalized(torch.nn.Module):
 def test_column_statistics_with_their_gradient(dtype):
     from autogen.corpus import Entry
     _run(Entry(ColumnNormalized, "reg", (0, 1)), make("reg", dtype, 9, 5), dtype)
+
+
+@autogen.autogen_loss
+class PerClassMean(torch.nn.Module):
+    """A whole-tensor mean of per-column sums: taken over the columns once (it was once per row: R times)."""
+    def forward(self, x, y):
+        s = (torch.softmax(x, -1) * y).sum(0)
+        return (s * s).mean()
+
+
+@pytest.mark.parametrize("rows", [0, 1, 9])
+def test_a_mean_of_per_column_sums(rows):
+    from autogen.corpus import Entry
+    _run(Entry(PerClassMean, "reg", (0, 1)), make("reg", torch.float64, rows, 5), torch.float64)
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (1, 7), (7, 13), (12, 9)], ids=str)
+def test_multiclass_dice_channel_first_sizes(shape):
+    """Softmax along dim 1 of (N, C, H, W), per-class sums over (0, 2, 3): a channel-first kernel of two passes."""
+    from autogen.corpus import CORPUS
+    entry = next(e for e in CORPUS if e.cls.__name__ == "MultiClassDice")
+    _run(entry, make(entry.kind, torch.float64, *shape), torch.float64)

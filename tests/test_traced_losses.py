@@ -25,8 +25,6 @@ pytestmark = pytest.mark.filterwarnings("error:autogen:RuntimeWarning")
 
 # case id -> why it runs eagerly (asserted: one warning naming it, torch's numbers)
 EAGER = {
-    "cross_entropy-kdim": "target of shape",  # (N, C, d1..dK): the class dimension is not the last one,
-    "nll_loss-kdim": "target of shape",       # the trace's rows run along the input's last dimension
     "glu-default": "slice",                   # halves of the input: a slice, no IR value
     "glu-0": "slice",
 }
@@ -382,3 +380,55 @@ def test_new_batch_size_reuses_the_inlined_kernel():
         _compare(cls, [x, t], torch.float32)
         if n not in (5, 1):
             assert set(compiler._kernels) == before, f"batch size {n} compiled a new kernel"
+
+
+# -- channel-first: reductions along dim 1 of (N, C, d1..dK), read in place --------------------------------
+def _onehot(t, C, dtype):
+    return TF.one_hot(t, C).movedim(-1, 1).to(dtype)
+
+
+def _dice(p, y):
+    dims = (0,) + tuple(range(2, p.dim()))  # per class: over the batch and every position
+    return 1 - ((2 * (p * y).sum(dims) + 1) / ((p + y).sum(dims) + 1)).mean()
+
+
+CHANNEL_FIRST = {  # name: (forward(self, x, t), target: 'index' (N, d1..dK) or 'probs' (N, C, d1..dK))
+    "soft_targets": (lambda self, x, t: -(t * torch.log_softmax(x, dim=1)).sum(1).mean(), "probs"),
+    "softmax_mse": (lambda self, x, t: ((torch.softmax(x, 1) - t) ** 2).mean(), "probs"),
+    "logsumexp_amax_mean": (lambda self, x, t: (torch.logsumexp(x, 1) - x.amax(1) + x.mean(1) * t.sum(1)).mean(),
+                            "probs"),
+    "cross_entropy_none": (lambda self, x, t: TF.cross_entropy(x, t, reduction="none", label_smoothing=0.1) * 2,
+                           "index"),
+    "z_loss": (lambda self, x, t: TF.cross_entropy(x, t, ignore_index=1) + 1e-2 * (torch.logsumexp(x, 1) ** 2).mean(),
+               "index"),
+    "nll_sum": (lambda self, x, t: TF.nll_loss(torch.log_softmax(x, 1), t, reduction="sum"), "index"),
+    "multiclass_dice": (lambda self, x, t: _dice(torch.softmax(x, 1), t), "onehot"),
+    "ce_plus_dice": (lambda self, x, t: TF.cross_entropy(x, t) + _dice(torch.softmax(x, 1), _onehot(t, x.size(1),
+                                                                                                    x.dtype)), "index"),
+}
+# ranks 3-5, odd sizes, C = 1; (N, C, 1): rows of C (inner 1)
+CF_SHAPES = [(3, 5, 7), (2, 3, 5, 3), (2, 4, 3, 1, 5), (3, 1, 5, 2), (4, 5, 1)]
+
+
+@pytest.mark.parametrize("dtype,name", [(torch.float64, n) for n in CHANNEL_FIRST]
+                         + [(torch.float32, "cross_entropy_none"), (torch.float32, "multiclass_dice")], ids=str)
+def test_channel_first_reductions_fuse(name, dtype, monkeypatch):
+    """Along dim 1 of (N, C, d1..dK): one channel-first kernel forward and backward (inner 1: rows of C)."""
+    from autogen import executor
+    modes = []
+    plan = executor.fused_plan
+    monkeypatch.setattr(executor, "fused_plan", lambda graph, *a: modes.append(graph.mode) or plan(graph, *a))
+    fn, target = CHANNEL_FIRST[name]
+    gen = torch.Generator().manual_seed(0)
+    for shape in CF_SHAPES:
+        C = shape[1]
+        x = (torch.randn(shape, dtype=dtype, generator=gen) * 2).requires_grad_()
+        t = torch.randint(0, C, shape[:1] + shape[2:], generator=gen)
+        if target == "probs":
+            t = torch.softmax(torch.randn(shape, dtype=dtype, generator=gen), 1)
+        elif target == "onehot":
+            t = _onehot(t, C, dtype)
+        modes.clear()
+        _compare(_module(f"cf_{name}", fn, "alone"), [x, t], dtype)
+        cf = C > 1 and shape[2:] != (1,)  # C = 1: no reduction is left (a flat kernel)
+        assert (set(modes) == {"cf"}) == cf, (shape, modes)
