@@ -10,8 +10,12 @@ So before AOTAutograd (config.pre_grad_custom_pass, on Dynamo's graph) this pass
 by one autogen::call('fused:<f and the loss as text>', [a0, a1, .., t], ..): an @autogen_loss module
 (Fused) runs f and the loss as one traced kernel with the gradients of a0, a1, .. (a scalar parameter's
 too). The name is the whole program, so a graph Inductor loads from its cache needs no state of this
-process. A producer is absorbed only where its tensor operands have its output's shape or one element
-(the shapes a traced kernel reads without a broadcast of its own).
+process. A producer is absorbed only where its output has the loss input's shape and its tensor operands
+that shape or one element (what a traced kernel reads without a broadcast of its own), and not past a
+node that could change its value (an in-place op, a grad-mode or autocast switch).
+
+The operator's fake implementation registers the pass once Inductor is loaded (ops._call_fake: Dynamo
+runs it while tracing, before Inductor compiles); `ENABLED = False` compiles without it.
 """
 import functools
 import operator
@@ -21,6 +25,10 @@ import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 
 from . import ops as _ops
+
+# The arguments a loss checks by value (torch's errors): a traced kernel's check computes an absorbed
+# producer op by op in torch first, which costs more than Inductor's fused producer.
+CHECKED = {"binary_cross_entropy": ("input", "target"), "gaussian_nll_loss": ("var",)}
 
 # the program's ops: name -> the function the fused module calls (Dynamo's graph holds operator.*,
 # torch.* or Tensor methods for the same op; TARGETS maps each to the name)
@@ -104,12 +112,14 @@ def absorb(graph):
     done = 0
     for call in [n for n in graph.nodes if n.op == "call_function" and n.target is _ops.call]:
         name, tensors, options = call.args
-        if name not in LOSSES or ";use_autogen=b1" not in options:
+        if name not in LOSSES or ";use_autogen=b1" not in options or "|" in options:  # '|' splits the name
             continue
         region, shape = {call}, _value(tensors[0]).shape
+        checked = {t for t, arg in zip(tensors, options.split(";")[0].split(",")) if arg in CHECKED.get(name, ())}
         before = list(graph.nodes)[:list(graph.nodes).index(call)]
         for node in reversed(before):
-            if node.users and all(u in region for u in node.users) and _absorbable(node, shape):
+            if node.users and all(u in region for u in node.users) and node not in checked and \
+                    _absorbable(node, shape):
                 region.add(node)
         if len(region) == 1:
             continue
