@@ -268,8 +268,22 @@ def _size_warning(input, target):
             "Please ensure they have the same size.", stacklevel=3)
 
 
+_SIGNATURES = {}  # a plain call's (loss, reduction, shape, dtypes, options) -> what validating it found
+_SIGNATURES_MAX = 4096
+
+
 def _pointwise(name, input, target, reduction, weight, use_autogen, **params):
-    """Shared path of mse, l1, smooth_l1 and huber: broadcast, promote, flatten, run."""
+    """Shared path of mse, l1, smooth_l1 and huber: broadcast, promote, flatten, run. A call without weight or
+    broadcasting is validated once per signature (its dtypes, problem and kernel choice depend on nothing else;
+    not in a trace, whose shapes may be symbolic)."""
+    key = None
+    if weight is None and not _state.tracing and input.shape == target.shape:
+        key = (name, reduction, input.shape, input.dtype, target.dtype, *params.values())
+        hit = _SIGNATURES.get(key)
+        if hit is not None:
+            dtype, cdt, prob, hw = hit
+            out = _execute(prob, [_canon(input, cdt), _canon(target, cdt)], use_autogen, hw, input.shape)
+            return _finish(out, reduction, input.shape, dtype)
     _floating(name, input, target, weight)
     xb, tb = (input, target) if input.shape == target.shape else torch.broadcast_tensors(input, target)
     if weight is not None and weight.size() != input.size():
@@ -284,7 +298,10 @@ def _pointwise(name, input, target, reduction, weight, use_autogen, **params):
     graph = D.pointwise(name, "none" if reduction == "none" else ("mean" if reduction == "mean" else "sum"),
                         weight is not None)
     prob = Problem(graph, n, 0, 0, cdt, dict(params, scale=_scale(n) if reduction == "mean" else 1.0))
-    out = _execute(prob, tensors, use_autogen, handwritten_for("FUSED", name, prob), xb.shape)
+    hw = handwritten_for("FUSED", name, prob)
+    if key is not None and len(_SIGNATURES) < _SIGNATURES_MAX:
+        _SIGNATURES[key] = (dtype, cdt, prob, hw)
+    out = _execute(prob, tensors, use_autogen, hw, xb.shape)
     return _finish(out, reduction, xb.shape, dtype)
 
 

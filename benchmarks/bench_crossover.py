@@ -1,7 +1,9 @@
 """Where our kernels start to beat torch eager: time ratio by input size, losses and @autogen_loss losses.
 
-Run: `python benchmarks/bench_crossover.py [--fwd] [--custom | --no-custom] [--states default,nopf]
-[--sizes 1K,16K,...] [--threads N] [loss or corpus class ...]`. The size thresholds below which autogen.functional hands
+Run: `python benchmarks/bench_crossover.py [--fwd | --fixed] [--custom | --no-custom] [--states default,nopf]
+[--sizes 1K,16K,...] [--threads N] [loss or corpus class ...]`. --fixed: the fixed cost of a call instead, at 1K
+elements: forward+backward minus an empty torch.autograd.Function's forward+backward, in us (eager's and ours;
+on one thread, --threads 1, the thread's CPU time). The size thresholds below which autogen.functional hands
 a loss to torch's own kernel come from this table: forward+backward for functional.SMALL_ELEMENTS, forward
 only (--fwd, under torch.no_grad) for functional.SMALL_ELEMENTS_NO_GRAD. Each allocator state runs in a
 child process: `default` (glibc as it comes: a large tensor freed is handed back to the OS and the next one
@@ -40,16 +42,37 @@ def _custom_cells(name, n, fwd):
     return mode(entry.cls(), args), mode(entry.cls(use_autogen=True), args)
 
 
+def _empty_step():
+    """Forward+backward of an empty torch.autograd.Function: what any autograd-tracked call costs."""
+    import torch
+    from autogen.bench import fwd_bwd
+
+    class Empty(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.new_empty(())
+
+        @staticmethod
+        def backward(ctx, g):
+            return None
+    return fwd_bwd(Empty.apply, [torch.randn(32, 32, requires_grad=True)])
+
+
 def child(argv):
-    """One allocator state: a line per loss, eager time / ours at each size."""
+    """One allocator state: a line per loss, eager time / ours at each size (--fixed: eager's and our fixed
+    cost at 1K elements, and the empty Function's time, in us)."""
     from autogen.bench import VARIANTS, fwd_bwd, fwd_only, inputs, measure
     from autogen import functional as AF
     from autogen.corpus import CORPUS
     import torch
-    fwd = "--fwd" in argv
+    import time
+    fwd, fixed = "--fwd" in argv, "--fixed" in argv
     sizes = _sizes(argv[argv.index("--sizes") + 1]) if "--sizes" in argv else SIZES
     if "--threads" in argv:
         torch.set_num_threads(int(argv[argv.index("--threads") + 1]))
+    if fixed:
+        sizes, empty = [1 << 10], _empty_step()
+        clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
     values = {argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--sizes", "--threads")}
     names = [a for a in argv if not a.startswith("--") and a not in values]
     custom = {e.cls.__name__ for e in CORPUS}
@@ -65,6 +88,11 @@ def child(argv):
             else:
                 args = inputs(name, n)
                 eager, ours = mode(VARIANTS["eager"](name), args), mode(VARIANTS["default"](name), args)
+            if fixed:  # interleaved with the empty Function, medians of many calls
+                st = measure({"eager": eager, "ours": ours, "empty": empty}, 3000, clock)
+                e = st["empty"]["median"]
+                ratios = [(st["eager"]["median"] - e) * 1e6, (st["ours"]["median"] - e) * 1e6, e * 1e6]
+                continue
             reps = max(15, min(300, (1 << 23) // n))
             st = measure({"eager": eager, "ours": ours}, reps)  # interleaved
             ratios.append(st["eager"]["median"] / st["ours"]["median"])
@@ -100,6 +128,15 @@ def main():
         if proc.wait():
             sys.exit(proc.returncode)
     fwd = "--fwd" in argv
+    if "--fixed" in argv:
+        print(f"fixed cost at 1K elements, forward+backward minus an empty autograd.Function's (us); per loss a line "
+              f"per allocator state ({', '.join(states)})")
+        print(f"{'loss':34s} {'state':7s} {'eager':>7s} {'ours':>7s} {'empty':>7s}")
+        for name, per in results.items():
+            for state in states:
+                if state in per:
+                    print(f"{name:34s} {state:7s} " + " ".join(f"{v:7.1f}" for v in per[state]))
+        return
     print(f"eager time / our default-path time, {'forward only' if fwd else 'forward+backward'} (>1: ours is "
           f"faster); per loss a line per allocator state ({', '.join(states)})")
     k = lambda n: f"{n >> 20}M" if n >= 1 << 20 else f"{n >> 10}K"  # noqa: E731

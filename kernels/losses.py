@@ -10,6 +10,7 @@ Kernels are built per dtype by closures (the float type makes every constant and
 float32 for float32 data); work is split in fixed blocks, each with its own float64 partial.
 """
 import functools
+import math
 
 import numpy as np
 import torch
@@ -18,7 +19,7 @@ from numba import njit
 from autogen import decompositions as D
 from autogen import mathlib
 from autogen.codegen import _MATHLIB
-from autogen.executor import pooled_like, scale_grads, split_run
+from autogen.executor import _flat_np, pooled_like, scale_grads, split_run
 from autogen.ir import SCALAR
 from autogen.policies import note
 
@@ -131,6 +132,7 @@ def _mse_kernel(F, want_x, want_t, lx=_same, ly=_same, sx=_same, sy=_same, salt=
 class _Engine:
     path, fused = "handwritten", True
     low_precision = True  # reads 16-bit tensors as they are (the executor widens them for engines without)
+    reads_inputs = False  # backward reads only the gradients the forward wrote (the executor copies nothing)
 
     def __init__(self, prob, reason):
         self.prob, self.reason = prob, reason
@@ -145,6 +147,24 @@ class _Engine:
         return scale_grads(grads, gout)
 
 
+@functools.lru_cache(maxsize=64)
+def _ones(C, dtype):
+    """The class weights of an unweighted call (only read)."""
+    return torch.ones(C, dtype=dtype)
+
+
+def _ratio(a, b):
+    """a / b as numpy divides floats (inf or NaN where b is 0), without np.errstate's ~1 us a block."""
+    if b:
+        return a / b
+    return math.nan if a == 0 or a != a else math.copysign(math.inf, a) * math.copysign(1.0, b)
+
+
+def _scalar(value, F):
+    """A 0-dim tensor of `value` (from numpy: torch.tensor costs ~2 us)."""
+    return torch.from_numpy(np.array(value, F))
+
+
 def _empty(like, need):
     return pooled_like(like) if need else None  # the pool: a fresh 16 MB output page-faults
 
@@ -154,8 +174,7 @@ def _arr(t, dtype=None):
     its uint16 bits)."""
     if t is None:
         return np.empty(0, dtype=dtype)
-    t = t.detach().view(-1)
-    return (t.view(torch.uint16) if t.dtype in _LOAD else t).numpy()
+    return _flat_np(t)
 
 
 class CrossEntropy(_Engine):
@@ -172,7 +191,7 @@ class CrossEntropy(_Engine):
         prob = self.prob
         F = _NP[prob.dtype]
         x, t = tensors[0], tensors[1]
-        w = tensors[2] if len(tensors) > 2 else torch.ones(prob.C, dtype=prob.dtype)
+        w = tensors[2] if len(tensors) > 2 else _ones(prob.C, prob.dtype)
         R, C, ignore = prob.R, prob.C, prob.params["ignore_index"]
         grad = _empty(x, needs[0])
         rows = _ce_rows(F, grad is not None, _LOAD.get(x.dtype, _same), _LOAD.get(w.dtype, _same), _STORE.get(x.dtype))
@@ -182,16 +201,14 @@ class CrossEntropy(_Engine):
         # is written scaled; 'sum' multiplies by the graph's param scale (1)
         wd = _arr(w.float()) if w.dtype in _LOAD else wa  # the denominator's weights in float32
         denom = _ce_denominator(ta, wd, ignore) if mean else 1.0 / prob.params["scale"]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            gscale = F(np.float64(1.0) / np.float64(denom))  # inf for 0: NaN gradients, as torch's
+        gscale = F(_ratio(1.0, float(denom)))  # inf for 0: NaN gradients, as torch's
         rb = max(1, _BLOCK // max(C, 1))
         blocks = -(-R // rb)
         part = np.empty(blocks, dtype=np.float64)
         split_run(rows, blocks, (xa, ta, wa, ignore, C, rb, gscale, _arr(grad, F), part),
                   work=R * C)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            loss = np.float64(part.sum()) / np.float64(denom)
-        return torch.tensor(loss, dtype=prob.dtype), [grad] + [None] * (len(tensors) - 1)
+        loss = _ratio(float(part.sum()), float(denom))
+        return _scalar(loss, F), [grad] + [None] * (len(tensors) - 1)
 
 
 class MSE(_Engine):
@@ -216,7 +233,7 @@ class MSE(_Engine):
         part = np.empty(blocks, dtype=np.float64)
         split_run(kernel, blocks, (_arr(x), _arr(y), F(2.0 * scale), _arr(gx, F), _arr(gy, F), part),
                   work=prob.n)
-        return torch.tensor(part.sum() * scale, dtype=prob.dtype), [gx, gy]
+        return _scalar(part.sum() * scale, F), [gx, gy]
 
 
 FUSED = {"cross_entropy": CrossEntropy, "mse_loss": MSE}

@@ -63,3 +63,47 @@ def test_a_class_index_out_of_range_raises_like_torch(bad):
         corpus.Focal()(x, t)
     with autogen.policy("aggressive"), pytest.raises(RuntimeError, match="out of bounds"):
         corpus.Focal(use_autogen=True)(x, t)
+
+
+def test_an_input_of_another_dtype_than_the_specialised_one_takes_the_dispatcher():
+    """After its first call a launch calls the compiled overload itself; a call whose input arrays have other
+    dtypes (a float64 input to a float32 plan) goes through numba's dispatcher and gets the right numbers."""
+    x, t = torch.randn(6, 7), torch.randn(6, 7)
+    graph = AF.D.pointwise("mse_loss", "sum", False)
+    prob = executor.Problem(graph, x.numel(), 0, 0, torch.float32, {"scale": 1.0})
+    plan = executor.fused_plan(graph, (False, False), torch.float32)
+    launch = executor.launch_of(plan.forward, torch.float32)
+    first = launch.run(prob, (x, t), prob.params)[0]
+    assert launch.entry and launch.in_dtypes == (x.numpy().dtype,) * 2
+    wide = launch.run(prob, (x.double(), t.double()), prob.params)[0]
+    assert_matches(first, TF.mse_loss(x, t, reduction="sum"), magnitude((), [x, t]))
+    assert_matches(wide, TF.mse_loss(x.double(), t.double(), reduction="sum").float(), magnitude((), [x, t]))
+
+
+@pytest.mark.parametrize("pol", ["medium", "aggressive"])  # mse's handwritten kernel, and the generated one
+def test_a_freed_graph_raises_torchs_error_whatever_grad_output_was(pol):
+    """The loss saves nothing with autograd; a second backward through a freed graph still raises torch's
+    error, after grad_output 1 (the forward's gradients handed over) or another one (scaled copies)."""
+    x, t = torch.randn(6, 7, requires_grad=True), torch.randn(6, 7)
+    for scale in (1.0, 2.0):
+        for fn in (TF.mse_loss, lambda a, b: AF.mse_loss(a, b, use_autogen=True)):
+            with autogen.policy(pol), autogen.record() as rec:
+                out = fn(x, t) * scale
+                out.backward()
+                with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+                    out.backward()
+        assert {c.path for c in rec.calls} == {"handwritten" if pol == "medium" else "autogen"}
+
+
+def test_create_graph_after_an_input_changed_in_place_raises_as_torch():
+    """create_graph reads the inputs as torch's saved ones: changed in place since the forward, torch's error."""
+    for fn in (TF.mse_loss, lambda a, b: AF.mse_loss(a, b, use_autogen=True)):
+        x, t = torch.randn(6, 7, requires_grad=True), torch.randn(6, 7)
+        base = x * 1
+        with autogen.policy("aggressive"), autogen.record() as rec:
+            out = fn(base, t)
+        with torch.no_grad():
+            base.add_(1)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            torch.autograd.grad(out, [x], create_graph=True)
+    assert {(c.path, c.fused) for c in rec.calls} == {("autogen", True)}  # ours, the last one

@@ -159,10 +159,10 @@ def test_processes_fill_one_cold_cache(tmp_path):
 def test_a_failing_kernel_falls_back_once_or_raises_in_strict_mode(monkeypatch):
     from autogen import executor
 
-    def broken(spec, prob, values):
+    def broken(spec, dtype):
         raise autogen.CompileError("simulated compiler failure")
 
-    monkeypatch.setattr(executor, "run_spec", broken)
+    monkeypatch.setattr(executor, "launch_of", broken)  # every kernel launch gets its plan here
     monkeypatch.setattr(executor, "_warned", set())
     x, t = torch.randn(6, 4, requires_grad=True), torch.randn(6, 4)
     with autogen.policy("aggressive"):
