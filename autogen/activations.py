@@ -229,6 +229,11 @@ def _dtype(input, name):
     return torch.float32 if input.dtype in (torch.float16, torch.bfloat16) else input.dtype
 
 
+def _stored(t, cdt):
+    """t as the kernels read it: 16-bit data as it is (widened in registers), other dtypes in `cdt`."""
+    return t if t.dtype in _LOW16 else t.to(cdt)
+
+
 def _as_op(name, input, inplace, variant, options):
     """The call as one autogen::call operator (torch.compile, torch.export, fake and meta tensors);
     in place, the operator's result copied into the input."""
@@ -275,7 +280,7 @@ def run(name, input, inplace=False, variant=None, **options):
     src = input
     if inplace and torch.is_grad_enabled() and input.requires_grad:
         src = input.clone()  # the kernel's saved input must not be the tensor we overwrite
-    x = (src if src.dtype in _LOW16 else src.to(cdt)).contiguous()  # 16-bit: read as it is by the fused kernel
+    x = _stored(src, cdt).contiguous()
     params = {k: float(v) for k, v in options.items()}
     params["approximate"] = variant
     prob = Problem(graph(name, variant), x.numel(), 0, 0, cdt, params)
@@ -350,10 +355,14 @@ def prelu(input, weight):
     if reason:
         return _torch_op("prelu", reason, torch.nn.functional.prelu, input, weight)
     cdt = _dtype(input, "prelu")
+    if weight.dtype != input.dtype:  # torch's error (under autocast both are its lower precision by now)
+        name = {torch.bfloat16: "BFloat16", torch.float16: "Half", torch.float64: "Double", torch.float32: "Float"}
+        raise RuntimeError(f"prelu: Type promoting not supported. Got {name.get(input.dtype, input.dtype)} and "
+                           f"{name.get(weight.dtype, weight.dtype)}")
     if weight.numel() == 1:
-        x = input.to(cdt).contiguous()
+        x = _stored(input, cdt).contiguous()
         prob = Problem(graph("prelu", "scalar"), x.numel(), 0, 0, cdt, {})
-        w = weight.to(cdt).reshape(1)
+        w = _stored(weight, cdt).reshape(1)
         return execute(prob, [x, w], True).view(input.shape).to(input.dtype)
     if input.dim() == 0:
         raise RuntimeError("Not allow zero-dim input tensor.")
@@ -361,9 +370,9 @@ def prelu(input, weight):
     if weight.dim() != 1 or weight.numel() != C:
         raise RuntimeError(f"Mismatch of parameter numbers and input channel size. Found parameter numbers = "
                            f"{weight.numel()} and channel size = {C}.")
-    w = weight.to(cdt).contiguous()
+    w = _stored(weight, cdt).contiguous()
     if input.numel():
-        x = input.to(cdt).contiguous()
+        x = _stored(input, cdt).contiguous()
         S = x[0, 0].numel() if input.dim() >= 3 else 0
         if S >= 64:  # (N, C, *spatial): a row per (n, c), its weight repeated N times (N*C values beside N*C*S)
             prob = Problem(graph("prelu", "channels"), x.numel(), S, x.numel() // S, cdt, {})
@@ -375,7 +384,7 @@ def prelu(input, weight):
             return execute(prob, [x, w], True).view(input.shape).to(input.dtype)
     rows = input.movedim(1, 0)  # channels as rows: a transposed copy
     shape = rows.shape
-    x = rows.to(cdt).contiguous()
+    x = _stored(rows, cdt).contiguous()
     prob = Problem(graph("prelu", "channels"), x.numel(), x.numel() // C if C else 0, C, cdt, {})
     out = execute(prob, [x, w], True)
     return out.view(shape).movedim(0, 1).to(input.dtype)
@@ -396,6 +405,6 @@ def glu(input, dim=-1):
     if size % 2:
         raise RuntimeError(f"Halving dimension must be even, but dimension {dim % input.dim()} is size {size}")
     a, b = input.chunk(2, dim)
-    a, b = ((t if t.dtype in _LOW16 else t.to(cdt)).contiguous() for t in (a, b))
+    a, b = (_stored(t, cdt).contiguous() for t in (a, b))
     prob = Problem(graph("glu"), a.numel(), 0, 0, cdt, {})
     return execute(prob, [a, b], True).view(a.shape).to(input.dtype)

@@ -285,6 +285,18 @@ def test_bad_inputs_like_torch():
             bad(AF)
 
 
+@pytest.mark.parametrize("dtypes", [(torch.bfloat16, torch.float32), (torch.float64, torch.float32)], ids=str)
+def test_prelu_mixed_dtypes_raise_as_torch(dtypes):
+    """torch's prelu does not promote: its error on every path (ours reads 16-bit storage as it is)."""
+    x, w = torch.randn(4, 3).to(dtypes[0]), torch.rand(3).to(dtypes[1])
+    with pytest.raises(RuntimeError) as want:
+        TF.prelu(x, w)
+    for pol in ("aggressive", "medium"):
+        with autogen.policy(pol), pytest.raises(RuntimeError) as got:
+            AF.prelu(x, w)
+        assert str(got.value) == str(want.value)
+
+
 OPINFO = {op.name.split(".")[-1]: op for op in op_db
           if op.name.split(".")[-1] in NAMES and op.name.startswith(("nn.functional.", "sigmoid", "tanh"))
           and op.variant_test_name == ""}
