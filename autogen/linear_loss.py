@@ -12,9 +12,10 @@ the chunks again with grad_output as each row's factor.
 
 Memory beyond the gradients themselves: one chunk of logits (CHUNK_BYTES). bfloat16 matmuls run in
 bfloat16 (oneDNN: float32 accumulation, 2.5x float32's speed on AVX512-BF16) and the kernel reads their
-bfloat16 logits; the loss and the weight gradient's sum over chunks are float32 (a float32 weight
-gradient and a chunk's bfloat16 partial product more). float16 runs in float32 (a copy of the weight),
-as the CPU's float16 matmul is 3x slower than float32's.
+bfloat16 logits; the loss is float32. The weight gradient is summed over chunks in its own bfloat16
+buffer (addmm_: each chunk's sum rounded once, so k chunks round k times where eager rounds once), as a
+float32 accumulator would double the peak memory. float16 runs in float32 (a copy of the weight), as
+the CPU's float16 matmul is 3x slower than float32's.
 """
 import functools
 import math
@@ -33,11 +34,11 @@ from .functional import _first_bad_target, _int_arg, _tname
 
 OP = "linear_cross_entropy"
 # The chunk's logits workspace: a quarter of the whole logits' bytes, within [CHUNK_BYTES,
-# CHUNK_BYTES_MAX] (2048 x 32K float32: 64 MB, 4 chunks of 512 rows). Larger chunks make larger,
-# faster matmuls at the memory target's expense (`benchmarks/bench_linear_ce.py --chunks` measures both).
-CHUNK_BYTES = 64 << 20
+# CHUNK_BYTES_MAX] (2048 x 32K: 4 chunks of 512 rows, 64 MB in float32, 32 MB in bfloat16), so that the
+# peak stays under a quarter of eager's, which holds about three logits-sized tensors. Larger chunks make
+# larger matmuls at the memory target's expense (`benchmarks/bench_linear_ce.py --chunks` measures both).
+CHUNK_BYTES = 32 << 20
 CHUNK_BYTES_MAX = 256 << 20
-PART_ROWS = 4096  # vocabulary rows of a bf16 chunk's partial weight gradient at a time (4 MB at hidden 512)
 _REDUCTIONS = ("none", "mean", "sum")
 TRACED_CHUNK_ROWS = None  # rows per chunk of a loss after a linear layer in @autogen_loss; None: from CHUNK_BYTES
 _warned = set()
@@ -144,20 +145,6 @@ def _buffer(n, dtype):
     return pooled(n, dtype)
 
 
-def _accumulate(dw, part, first):
-    """dw (float32) += part (bfloat16) in one kernel call (kernels/linear.add_bf16). torch's mixed-dtype
-    add_ took 140 ms for a 32K x 512 weight; a float32 copy and an add, 35 ms but 64 MB more, and done
-    block by block through a small copy, 1-6 s on this shared 2-core machine, where each of its 64 small
-    parallel regions waits for both threads to be scheduled."""
-    if first:
-        dw.copy_(part)
-        return
-    from .kernels import linear as K
-    blocks = -(-dw.numel() // K.ACC_BLOCK)
-    bits = part.reshape(-1).view(torch.int16).numpy().view(np.uint16)
-    split_run(K.add_bf16, blocks, (dw.view(-1).numpy(), bits), work=dw.numel())
-
-
 def _step(z, t, o, f, want_grad):
     if o.path == "fallback":
         from .kernels.linear import ce_rows_torch
@@ -203,9 +190,7 @@ def run_chunks(h, W, b, step, needs, chunk, native=False, extra_bytes=0):
     z_all = None  # float32 logits for the other paths under bfloat16, made when first needed
     loss = lse = total = None
     dx = _buffer(N * H, gdt).view(N, H) if need_x else None
-    dw = _buffer(V * H, cdt).view(V, H) if need_w else None
-    # a chunk's bf16 partial dW, PART_ROWS vocabulary rows at a time (the whole: V x H bf16 more at the peak)
-    part = _buffer(min(V, PART_ROWS) * H, gdt).view(-1, H) if need_w and gdt != cdt else None
+    dw = _buffer(V * H, gdt).view(V, H) if need_w else None
     db = torch.zeros(V, dtype=cdt) if need_b else None
     for s in range(0, N, rows):
         e = min(s + rows, N)
@@ -236,13 +221,8 @@ def run_chunks(h, W, b, step, needs, chunk, native=False, extra_bytes=0):
         gg = g if g.dtype == gdt else mm.copy_(g)
         if need_x:
             torch.mm(gg, Wg, out=dx[s:e])
-        if need_w:
-            if part is None:  # the first chunk writes dw (no memset), the others add to it
-                dw.addmm_(gg.t(), hc) if s else torch.mm(gg.t(), hc, out=dw)
-            else:  # bfloat16 partial product, summed over chunks in float32
-                for v in range(0, V, part.shape[0]):
-                    w = min(v + part.shape[0], V)
-                    _accumulate(dw[v:w], torch.mm(gg[:, v:w].t(), hc, out=part[:w - v]), first=not s)
+        if need_w:  # the first chunk writes dw (no memset), the others add to it
+            dw.addmm_(gg.t(), hc) if s else torch.mm(gg.t(), hc, out=dw)
     grads = [None if g is None else _cast(g, like.dtype) for g, like in ((dx, h), (dw, W), (db, b))]
     return loss, total, lse, grads
 
@@ -730,6 +710,25 @@ class _Custom:
         out = torch.tensor(total + self.rest, dtype=torch.float64) if scalar else loss
         return out, (grads if scalar else None)
 
+    def differentiable_grads(self, ins, gout, needs):
+        """The gradients as torch ops over the whole logits (create_graph=True), differentiable again: the
+        traced loss as written (its whole-batch sums included) on F.linear's output."""
+        from .executor import torch_eval
+        tr = self.spec.traced
+        wrt = [i for i, need in enumerate(needs) if need]
+        with torch.enable_grad():
+            logits = TF.linear(*[x if x is None else x.to(tr.cdt) for x in ins[:3]])
+            prob = Problem(tr.graph, *tr.dims, tr.cdt, dict(tr.params))
+            out = torch_eval(prob, [logits.reshape(-1)] + [x.to(tr.cdt) if x.is_floating_point() else x
+                                                           for x in ins[3:]])
+            got = torch.autograd.grad(out, [ins[i] for i in wrt], gout.reshape(out.shape).to(out.dtype),
+                                      create_graph=True, allow_unused=True)
+        _policy.note(tr.graph.name, "fallback", False, "backward", "create_graph: torch ops on the whole logits")
+        grads = [None] * len(needs)
+        for i, g in zip(wrt, got):
+            grads[i] = g if g is not None else torch.zeros_like(ins[i])
+        return grads
+
     def note(self, phase, N):
         _policy.note(self.spec.traced.graph.name, "autogen", True, phase, self.spec.describe(self.rows, N))
 
@@ -751,9 +750,8 @@ class _CustomFunction(torch.autograd.Function):
     def backward(ctx, gout):
         o = ctx.o
         ins = ctx.saved_tensors
-        if torch.is_grad_enabled():
-            raise NotImplementedError(f"{o.spec.traced.graph.name}: create_graph=True through a loss run in row "
-                                      f"chunks after a linear layer (use_autogen=False runs it as written)")
+        if torch.is_grad_enabled():  # create_graph=True: the whole logits' gradient as torch ops
+            return (None, *o.differentiable_grads(ins, gout, ctx.needs))
         if o.spec.backward_graph is not None:
             grads = o.chunks(ins, ctx.needs, gout.detach().reshape(-1).to(o.spec.traced.cdt).contiguous())[2]
         else:

@@ -125,23 +125,3 @@ def ce_rows_torch(z, t, ignore, f, eps, zl, cap, want_grad):
             g *= 1.0 - (z / cap) ** 2
         z.copy_(torch.where(valid, g, 0.0))
     return torch.where(valid, loss, 0.0)[:, 0], torch.where(valid, lse, 0.0)[:, 0]
-
-
-
-ACC_BLOCK = 1 << 16  # elements per block of add_bf16
-
-
-@njit(nogil=True, fastmath=mathlib.KERNEL_FASTMATH, cache=True)
-def add_bf16(lo, hi, d, p):
-    """d += p over blocks [lo, hi) of ACC_BLOCK elements: d float32, p the bits (uint16) of a bfloat16
-    tensor. A bfloat16 is the top half of a float32, so widening it is a shift."""
-    buf = np.empty(ACC_BLOCK, np.uint32)
-    f = buf.view(np.float32)
-    n = d.size
-    for blk in range(lo, hi):
-        s = blk * ACC_BLOCK
-        m = min(ACC_BLOCK, n - s)
-        for i in range(m):
-            buf[i] = np.uint32(p[s + i]) << np.uint32(16)
-        for i in range(m):
-            d[s + i] += f[i]
