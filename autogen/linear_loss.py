@@ -29,7 +29,7 @@ from . import policies as _policy
 from .errors import AutogenError
 from .executor import LossGraph, Problem, _transformed, pooled, split_run
 from .grad import vjp
-from .ir import ROW, apply as A, input as inp, param
+from .ir import ELEM, ROW, SCALAR, apply as A, input as inp, param
 from .functional import _first_bad_target, _int_arg, _tname
 
 OP = "linear_cross_entropy"
@@ -592,8 +592,35 @@ class ChunkedLoss:
             scale = inp("__rowscale", graph.level)
             self.backward_graph = LossGraph(graph.name, graph.mode, inputs + (scale,),
                                             A("sum_all", loss * scale), SCALAR)
-        evaluated = [n for _, n in self.globals] + [n for _, n, _ in traced.checks] + [self.rest] * bool(self.rest)
-        self.reads = {x.attr for x in toposort(evaluated) if x.op == "input"}
+        self.reads = {x.attr for x in toposort([n for _, n in self.globals] + [self.rest] * bool(self.rest))
+                      if x.op == "input"}
+        self.check_reads = {x.attr for x in toposort([n for _, n, _ in traced.checks]) if x.op == "input"}
+        self.levels = {node.attr: node.level for node, _, _ in traced.all_inputs}
+        self.levels.update((node.attr, node.level) for node, _ in traced.index_inputs)
+
+    def whole_batch(self, args, cdt):
+        """The whole-batch sums (maxima) that do not read the logits, as params: in torch, in row chunks as
+        the logits (a teacher's log_softmax over the whole batch: several logits-sized temporaries)."""
+        from . import inline
+        tr = self.traced
+        if not self.globals:
+            return {}
+        n, C, R = tr.dims
+        rows = chunk_rows(R, C, 4 * cdt.itemsize, TRACED_CHUNK_ROWS) if tr.graph.mode == "row" and R else max(R, 1)
+        parts = {name: [] for name, _ in self.globals}
+        for s in range(0, max(R, 1), rows):
+            e = min(s + rows, R)
+            if rows >= R:
+                vals, dims = {k: _plain(v, cdt) for k, v in args.items() if k in self.reads}, tr.dims
+            else:
+                level = self.levels.get
+                vals = {k: _plain(v[s * C:e * C] if level(k) == ELEM else v[s:e] if level(k) == ROW else v, cdt)
+                        for k, v in args.items() if k in self.reads}
+                dims = ((e - s) * C, C, e - s)
+            for name, node in self.globals:
+                parts[name].append(inline.evaluate(node, vals, tr.params, dims, tr.graph.mode).detach().double())
+        return {name: float(torch.stack(p).sum() if node.op == "sum_all" else torch.stack(p).max())
+                for (name, node), p in zip(self.globals, parts.values())}
 
     def describe(self, rows, N):
         """The path's reason, for autogen.record() and autogen.explain()."""
@@ -625,13 +652,12 @@ class ChunkedLoss:
                 bad = int(idx[(idx < 0) | (idx >= C)][0])
                 raise RuntimeError(f"index {bad} is out of bounds for dimension 1 with size {C}")
             args[node.attr] = idx.contiguous()
-        plain = {k: v.detach().to(cdt) if v.is_floating_point() else v.detach() for k, v in args.items()
-                 if k in self.reads}  # what the checks, whole-batch sums and the rest of the loss read
         if tr.checks:
-            inline.run_checks(tr.checks, plain, tr.params, tr.dims, tr.graph.mode)
+            inline.run_checks(tr.checks, {k: _plain(v, cdt) for k, v in args.items() if k in self.check_reads},
+                              tr.params, tr.dims, tr.graph.mode)
         params = dict(tr.params)
-        for name, node in self.globals:
-            params[name] = float(inline.evaluate(node, plain, tr.params, tr.dims, tr.graph.mode))
+        params.update(self.whole_batch(args, cdt))
+        plain = {k: _plain(v, cdt) for k, v in args.items() if k in self.reads and self.levels.get(k) == SCALAR}
         names = [x.attr for x in self.forward_graph.inputs[1:] if x.attr in args]
         prob = Problem(self.forward_graph, *tr.dims, cdt, params)
         prob.needs = (True,) + (False,) * (len(self.forward_graph.inputs) - 1)  # explain(): the logits' gradient
@@ -645,6 +671,11 @@ class ChunkedLoss:
             with torch.no_grad():
                 out = o.forward(ins, (False,) * len(ins))[0]
         return out.reshape(tr.out_shape).to(tr.out_dtype)
+
+
+def _plain(v, cdt):
+    """An input as torch evaluates the trace's whole-batch values: detached, floating data in cdt."""
+    return v.detach().to(cdt) if v.is_floating_point() else v.detach()
 
 
 class _Custom:

@@ -62,14 +62,22 @@ def ce_rows(F, want_grad, smoothing, capped, zloss, bf16=False, salt=_MATHLIB):
             m = F(-np.inf)
             for j in range(C):  # a NaN is skipped here but reaches the sum below
                 m = mathlib.maxnum(m, row[j])
+            zk = row[k]
             s = F(0.0)
             sx = F(0.0)
-            for j in range(C):
-                s += mathlib.exp(row[j] - m)
-                if smoothing:
-                    sx += row[j]
+            if want_grad and not capped:  # exp(z - m) kept in the row: the gradient pass only scales it
+                for j in range(C):
+                    if smoothing:
+                        sx += row[j]
+                    e = mathlib.exp(row[j] - m)
+                    row[j] = e
+                    s += e
+            else:
+                for j in range(C):
+                    s += mathlib.exp(row[j] - m)
+                    if smoothing:
+                        sx += row[j]
             lse = m + mathlib.log(s)
-            zk = row[k]
             val = np.float64(lse - zk)
             if smoothing:
                 val = (1.0 - eps) * val + eps / C * (np.float64(lse) * C - np.float64(sx))
@@ -90,8 +98,9 @@ def ce_rows(F, want_grad, smoothing, capped, zloss, bf16=False, salt=_MATHLIB):
                     u = zk * inv
                     row[k] -= fr * F(1.0 - eps) * (one - u * u)
                 else:
+                    a = a / s
                     for j in range(C):
-                        row[j] = mathlib.exp(row[j] - lse) * a - b
+                        row[j] = row[j] * a - b
                     row[k] -= fr * F(1.0 - eps)
                 if bf16:  # round to nearest even (a NaN stays a NaN, an infinity infinite)
                     for j in range(C):
