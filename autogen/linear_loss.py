@@ -27,7 +27,7 @@ import torch.nn.functional as TF
 
 from . import policies as _policy
 from .errors import AutogenError
-from .executor import LossGraph, Problem, _transformed, pooled, split_run
+from .executor import LossGraph, Problem, _storage, _transformed, pooled, split_run
 from .grad import vjp
 from .ir import ELEM, ROW, SCALAR, apply as A, input as inp, param
 from .functional import _first_bad_target, _int_arg, _tname
@@ -40,6 +40,7 @@ OP = "linear_cross_entropy"
 CHUNK_BYTES = 32 << 20
 CHUNK_BYTES_MAX = 256 << 20
 _REDUCTIONS = ("none", "mean", "sum")
+LOW16_KERNEL = True  # a traced loss's kernel reads bfloat16 logits as they are (False: a float32 copy)
 TRACED_CHUNK_ROWS = None  # rows per chunk of a loss after a linear layer in @autogen_loss; None: from CHUNK_BYTES
 _warned = set()
 
@@ -699,7 +700,12 @@ class _Custom:
         leaves = graph.inputs
         need_of = dict(zip(self.names, needs[3:]))
         flags = (any(needs[:3]),) + tuple(need_of.get(x.attr, False) for x in leaves[1:])
-        plan = fused_plan(graph, flags, cdt) if want else fused_plan(graph, (False,) * len(leaves), cdt)
+        # bfloat16 logits (and bfloat16 inputs beside them, a teacher's logits) read and the logits' gradient
+        # written as they are, float32 within: no float32 copy of a chunk, nor conversion passes
+        low = h.dtype == torch.bfloat16 and cdt == torch.float32 and LOW16_KERNEL
+        store = _storage(graph, [h[:0]] + [others[x.attr] for x in leaves[1:]]) if low else None
+        plan = fused_plan(graph, flags if want else (False,) * len(leaves), cdt, store)
+        codes = dict(zip((x.attr for x in leaves), store or ()))
         gother = {x.attr: torch.zeros_like(others[x.attr], dtype=cdt) for x, f in zip(leaves[1:], flags[1:]) if f}
 
         def cut(x, t, s, e):  # an input's rows [s, e): per-element and per-row inputs are sliced
@@ -714,7 +720,7 @@ class _Custom:
             values[leaves[0].attr] = z.reshape(-1)
             for x in leaves[1:]:
                 v = cut(x, others[x.attr].detach(), s, e)
-                values[x.attr] = v if x.kind != "f" or v.dtype == cdt else v.to(cdt)
+                values[x.attr] = v if x.kind != "f" or v.dtype == cdt or codes.get(x.attr) else v.to(cdt)
             outs = run_spec(plan.forward, prob, values)
             if not want:
                 return (None, None, float(outs[0]), None) if graph.level == SCALAR else (outs[0].double(), None,
@@ -731,8 +737,8 @@ class _Custom:
             return None, None, float(outs[0]), None if g is None else g.view(n, C)
 
         loss, total, _, (gx, gw, gb) = run_chunks(h, W, b, step, needs[:3] if want else (False,) * 3,
-                                                  TRACED_CHUNK_ROWS,
-                                                  extra_bytes=cdt.itemsize if want else 0)
+                                                  TRACED_CHUNK_ROWS, native=low,
+                                                  extra_bytes=(h.itemsize if low else cdt.itemsize) if want else 0)
         return loss, total, [gx, gw, gb] + [gother.get(k) for k in self.names]
 
     def forward(self, ins, needs):

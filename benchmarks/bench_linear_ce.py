@@ -12,8 +12,9 @@ against a teacher's (tokens, vocab) logits: eager is the module as written, comp
 torch.compile, ours the module with use_autogen=True (its graph is each chunk's generated kernel).
 
 Run: `python benchmarks/bench_linear_ce.py` (2048 tokens x 32768 vocab x 512 hidden, float32, 3
-repetitions; a few minutes on 2 cores). `--tokens 2048 4096`, `--dtype bfloat16`, `--reps N`,
-`--chunks 256 1024` (extra variants of ours at those chunk sizes), `--no-compile`, `--json FILE`.
+repetitions; a few minutes on 2 cores). `--tokens 2048 4096`, `--dtype float32 bfloat16`, `--loss ce kd`
+(each combination in turn, a summary table at the end), `--reps N`, `--chunks 256 1024` (extra variants
+of ours at those chunk sizes), `--no-compile`, `--json FILE`.
 
 Each size runs in two child processes, one per process state:
   default    glibc as it comes: a 256 MB tensor is mmapped fresh and page-faulted on every call
@@ -153,8 +154,9 @@ def main():
     p.add_argument("--tokens", type=int, nargs="+", default=[2048])
     p.add_argument("--vocab", type=int, default=32768)
     p.add_argument("--hidden", type=int, default=512)
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
-    p.add_argument("--loss", default="ce", choices=["ce", "kd"], help="cross-entropy, or the distillation-KL form")
+    p.add_argument("--dtype", nargs="+", default=["float32"], choices=["float32", "bfloat16", "float16", "float64"])
+    p.add_argument("--loss", nargs="+", default=["ce"], choices=["ce", "kd"],
+                   help="cross-entropy, or the distillation-KL form")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--chunks", type=int, nargs="*", default=[])
     p.add_argument("--no-compile", dest="compile", action="store_false")
@@ -163,39 +165,47 @@ def main():
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
-        a.tokens = a.tokens[0]
+        a.tokens, a.dtype, a.loss = a.tokens[0], a.dtype[0], a.loss[0]
         return child(a)
-    MB = 1 << 20
-    rows = []
-    what = "cross-entropy" if a.loss == "ce" else "distillation KL (@autogen_loss)"
-    print(f"linear + {what}, forward+backward, {a.dtype}, hidden {a.hidden}, vocab {a.vocab}; "
-          f"median of {a.reps} interleaved repetitions; ratio = variant's time / ours (per repetition, median)")
-    head = f"{'tokens':>6s} {'state':8s} {'variant':12s} {'seconds':>8s} {'/ours':>6s} {'cpu s':>7s} {'/ours':>6s} " \
-           f"{'peak MB':>8s} {'/eager':>7s} {'faults':>8s} {'loss':>10s}"
-    print(head)
-    for n in a.tokens:
-        for state in a.states:
-            argv = [sys.executable, __file__, "--child", "--tokens", str(n), "--vocab", str(a.vocab), "--hidden",
-                    str(a.hidden), "--dtype", a.dtype, "--loss", a.loss, "--reps", str(a.reps), "--chunks",
-                    *map(str, a.chunks)]
-            if not a.compile:
-                argv.append("--no-compile")
-            proc = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, **STATES[state]))
-            if proc.returncode:
-                sys.exit(proc.stderr)
-            res = json.loads(proc.stdout.strip().splitlines()[-1])
-            res.update(tokens=n, state=state, vocab=a.vocab, hidden=a.hidden, dtype=a.dtype, form=a.loss)
-            rows.append(res)
-            for v in res["median"]:
-                print(f"{n:6d} {state:8s} {v:12s} {res['median'][v]:8.3f} {res['per_ours'][v]:6.2f} "
-                      f"{res['cpu_median'][v]:7.2f} {res['cpu_per_ours'][v]:6.2f} "
-                      f"{res['mem'][v] / MB:8.0f} {res['mem'][v] / res['mem']['eager']:7.2f} "
-                      f"{res['faults'][v]:8.0f} {res['loss'][v]:10.6f}")
-            print(f"{'':6s} {state:8s} {'(grads)':12s} {'':30s} {res['grads'] / MB:8.0f}   "
-                  f"threads {res['threads']}, load average {res['load']:.1f} at the end")
+    rows = [run(a, loss, dtype, n, state) for loss in a.loss for dtype in a.dtype for n in a.tokens
+            for state in a.states]
+    print("\nsummary: ratio = variant's time / ours (wall, CPU), memory = ours' peak / eager's")
+    print(f"{'loss':4s} {'dtype':8s} {'tokens':>6s} {'state':8s} {'eager/ours':>11s} {'cpu':>5s} "
+          f"{'compile/ours':>12s} {'cpu':>5s} {'memory':>7s}")
+    for r in rows:
+        comp = f"{r['per_ours']['compile']:12.2f} {r['cpu_per_ours']['compile']:5.2f}" if "compile" in r["median"] \
+            else f"{'-':>12s} {'-':>5s}"
+        print(f"{r['form']:4s} {r['dtype']:8s} {r['tokens']:6d} {r['state']:8s} {r['per_ours']['eager']:11.2f} "
+              f"{r['cpu_per_ours']['eager']:5.2f} {comp} {r['mem']['ours'] / r['mem']['eager']:7.2f}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
+
+
+def run(a, loss, dtype, n, state):
+    """One child process (one allocator state): its table, and its measurements."""
+    MB = 1 << 20
+    what = "cross-entropy" if loss == "ce" else "distillation KL (@autogen_loss)"
+    print(f"\nlinear + {what}, forward+backward, {dtype}, {n} tokens, hidden {a.hidden}, vocab {a.vocab}, {state}; "
+          f"median of {a.reps} interleaved repetitions; ratio = variant's time / ours (per repetition, median)")
+    print(f"{'variant':12s} {'seconds':>8s} {'/ours':>6s} {'cpu s':>7s} {'/ours':>6s} "
+          f"{'peak MB':>8s} {'/eager':>7s} {'faults':>8s} {'loss':>10s}")
+    argv = [sys.executable, __file__, "--child", "--tokens", str(n), "--vocab", str(a.vocab), "--hidden",
+            str(a.hidden), "--dtype", dtype, "--loss", loss, "--reps", str(a.reps), "--chunks", *map(str, a.chunks)]
+    if not a.compile:
+        argv.append("--no-compile")
+    proc = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, **STATES[state]))
+    if proc.returncode:
+        sys.exit(proc.stderr)
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    res.update(tokens=n, state=state, vocab=a.vocab, hidden=a.hidden, dtype=dtype, form=loss)
+    for v in res["median"]:
+        print(f"{v:12s} {res['median'][v]:8.3f} {res['per_ours'][v]:6.2f} {res['cpu_median'][v]:7.2f} "
+              f"{res['cpu_per_ours'][v]:6.2f} {res['mem'][v] / MB:8.0f} {res['mem'][v] / res['mem']['eager']:7.2f} "
+              f"{res['faults'][v]:8.0f} {res['loss'][v]:10.6f}")
+    print(f"{'(grads)':12s} {'':30s} {res['grads'] / MB:8.0f}   threads {res['threads']}, "
+          f"load average {res['load']:.1f} at the end", flush=True)
+    return res
 
 
 if __name__ == "__main__":
