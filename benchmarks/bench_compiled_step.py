@@ -6,7 +6,8 @@ autogen.bench.inputs at about 4M loss elements, options from autogen.bench.OPTIO
     affine   pred = x * scale + shift, scale and shift learnable scalars (the default): a pointwise tail,
              which Inductor fuses into torch's loss and our pass (autogen/inductor_pass.py) into ours
     linear   pred = nn.Linear(--features -> the input's last dimension, 512 for a 1-D input)(h), reshaped
-             as the loss input: a GEMM neither side fuses, so the loss is a boundary for both
+             as the loss input (then a sigmoid for binary_cross_entropy, whose input must be probabilities):
+             a GEMM neither side fuses into the loss
     none     the loss alone on a learnable input (the graph Inductor compiles is the loss itself)
 
 Both steps are torch.compile(dynamic=False) on Inductor (ours with fullgraph=True), forward+backward
@@ -97,8 +98,11 @@ def child(a):
             params, shape = list(lin.parameters()), x.shape
             x = torch.randn(x.numel() // c, a.features)
 
+            probs = name == "binary_cross_entropy"  # its input must lie in [0, 1]: a sigmoid after the layer
+
             def model(loss, x, params, rest):
-                return loss(TF.linear(x, *params).reshape(shape), *rest)
+                pred = TF.linear(x, *params).reshape(shape)
+                return loss(torch.sigmoid(pred) if probs else pred, *rest)
 
         theirs = functools.partial(getattr(TF, name), **opts)
         ours = functools.partial(getattr(AF, name), **opts, use_autogen=True)
