@@ -499,37 +499,36 @@ def test_the_pass_leaves_what_it_cannot_absorb():
         y.add_(1.0)
         with torch.no_grad():
             n = x * 3.0
-        return [AF.mse_loss(h, t, use_autogen=True) + h.sum(), AF.l1_loss(x * w, t, use_autogen=True),
-                AF.huber_loss(torch.relu(x) - 1.0, t, use_autogen=False), AF.mse_loss(g, y, use_autogen=True),
-                AF.l1_loss(n, t, use_autogen=True), AF.smooth_l1_loss(x, t * 3.0, use_autogen=True)]
+        return [AF.mse_loss(h, t, use_autogen=True) + h.sum(), AF.mse_loss(x * w, t, use_autogen=True),
+                AF.mse_loss(torch.relu(x) - 1.0, t, use_autogen=False), AF.mse_loss(g, y, use_autogen=True),
+                AF.mse_loss(n, t, use_autogen=True), AF.mse_loss(x, t * 3.0, use_autogen=True)]
 
     graphs = Absorbing()
-    _compare(losses, [((x, t), {})], graphs)
+    _compare(losses, [((x, t), {})], graphs)  # one kernel for the five mse_loss calls left as they were
     names = graphs.names()
-    assert names[:5] == ["mse_loss", "l1_loss", "huber_loss", "mse_loss", "l1_loss"] \
-        and names[5].startswith("fused:mul(a0,f0x1.8") \
-        and names[5].endswith(")|smooth_l1_loss(a1,v0)|input,target;beta=f0x1.0000000000000p+0;reduce=n;"
-                              "reduction=smean;size_average=n"), names
+    assert names[:5] == ["mse_loss"] * 5 and names[5] == \
+        "fused:mul(a0,f0x1.8000000000000p+1)|mse_loss(a1,v0)|input,target;reduce=n;reduction=smean;" \
+        "size_average=n;weight=n", names
 
 
 class _Tail(torch.nn.Module):
-    """nn.Linear, then a pointwise tail (tanh, a learnable scale and shift) into our loss."""
+    """A pointwise tail (tanh, a learnable scale and shift) into our loss (no GEMM: Inductor's C++ compile
+    of one would cost seconds)."""
 
     def __init__(self):
         super().__init__()
-        torch.manual_seed(2)
-        self.lin = torch.nn.Linear(16, 8)
         self.scale = torch.nn.Parameter(torch.tensor(1.5))
         self.shift = torch.nn.Parameter(torch.tensor(0.1))
 
     def forward(self, x, t):
-        return AF.huber_loss(torch.tanh(self.lin(x)) * self.scale + self.shift, t, delta=0.5, use_autogen=True)
+        return AF.huber_loss(torch.tanh(x) * self.scale + self.shift, t, delta=0.5, use_autogen=True)
 
 
 def test_inductor_runs_the_pass():
     """On Inductor the pass is registered by our operator (pre_grad_custom_pass): the generated code calls
     the fused program, forward and backward, and three SGD steps match eager."""
     code = _train_against_eager(_Tail(), 3, {"backend": "inductor"},
-                                lambda step: (torch.randn(64, 16), torch.randn(64, 8)))
+                                lambda step: (torch.randn(64, 8), torch.randn(64, 8)))
     assert code.count("torch.ops.autogen.call.default('fused:tanh(a0) mul(v0,a1) add(v1,a2)|huber_loss(") == 1, code
+    assert "cpp_fused" not in code, code  # Inductor compiled none of it itself
     assert code.count("torch.ops.autogen.call_backward.default(") == 1, code
