@@ -33,10 +33,11 @@ from .ir import ELEM, ROW, SCALAR, apply as A, input as inp, param
 from .functional import _first_bad_target, _int_arg, _tname
 
 OP = "linear_cross_entropy"
-# The chunk's logits workspace: a quarter of the whole logits' bytes, within [CHUNK_BYTES,
-# CHUNK_BYTES_MAX] (2048 x 32K: 4 chunks of 512 rows, 64 MB in float32, 32 MB in bfloat16), so that the
-# peak stays under a quarter of eager's, which holds about three logits-sized tensors. Larger chunks make
-# larger matmuls at the memory target's expense (`benchmarks/bench_linear_ce.py --chunks` measures both).
+# The chunk's logits workspace: the logits in CHUNKS chunks, none under CHUNK_BYTES nor over
+# CHUNK_BYTES_MAX (2048 x 32K: 3 chunks of 683 rows, 85 MB in float32, 43 MB in bfloat16), so that the
+# peak stays under a quarter of eager's, which holds three logits-sized tensors. Fewer chunks read the
+# weight fewer times (`benchmarks/bench_linear_ce.py --chunks` measures time and memory at other sizes).
+CHUNKS = 3
 CHUNK_BYTES = 32 << 20
 CHUNK_BYTES_MAX = 256 << 20
 _REDUCTIONS = ("none", "mean", "sum")
@@ -46,16 +47,14 @@ _warned = set()
 
 
 def chunk_rows(N, V, itemsize, chunk_size=None):
-    """Rows per chunk: `chunk_size`, or as many rows of V logits of `itemsize` bytes as CHUNK_BYTES holds,
-    evened out over the chunks (2048 rows at 600 per chunk: 4 chunks of 512, not 3 of 600 and one of 248)."""
+    """Rows per chunk: `chunk_size`, or N rows of V logits of `itemsize` bytes in CHUNKS chunks (fewer where
+    a chunk would hold under CHUNK_BYTES, more where one would hold over CHUNK_BYTES_MAX), evened out (2048
+    rows in 3 chunks: 683, 683 and 682)."""
     if chunk_size is not None:
         return max(1, min(chunk_size, N))
-    per_row = V * itemsize
-    budget = min(max(CHUNK_BYTES, N * per_row // 4), CHUNK_BYTES_MAX)
-    rows = max(1, budget // max(per_row, 1))
-    if rows >= N:
-        return max(N, 1)
-    return -(-N // -(-N // rows))
+    total = N * V * itemsize
+    chunks = max(-(-total // CHUNK_BYTES_MAX), min(CHUNKS, total // CHUNK_BYTES), 1)
+    return max(1, -(-N // min(chunks, max(N, 1))))
 
 
 class _Opts:

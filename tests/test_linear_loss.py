@@ -223,11 +223,12 @@ def test_all_rows_ignored():
 
 
 def test_chunk_rows_from_the_budget():
-    assert LL.chunk_rows(2048, 32768, 4) == 512   # 64 MB: a quarter of the logits
-    assert LL.chunk_rows(2048, 32768, 2) == 512   # 32 MB in bfloat16
-    assert LL.chunk_rows(4096, 32768, 4) == 1024  # 128 MB
+    assert LL.chunk_rows(2048, 32768, 4) == 683   # 85 MB: a third of the logits
+    assert LL.chunk_rows(2048, 32768, 2) == 683   # 43 MB in bfloat16
+    assert LL.chunk_rows(4096, 32768, 4) == 1366  # 171 MB
     assert LL.chunk_rows(65536, 32768, 4) == 2048  # at most 256 MB
-    assert LL.chunk_rows(600, 32768, 4) == 200   # at least 32 MB: 3 even chunks, not 256, 256 and 88
+    assert LL.chunk_rows(600, 32768, 4) == 300   # at least 32 MB per chunk: 2 chunks
+    assert LL.chunk_rows(2000, 32768, 4) == 667   # 3 even chunks, the last one 666 rows
     assert LL.chunk_rows(100, 32768, 4) == 100
     assert LL.chunk_rows(100, 10, 4, chunk_size=7) == 7
     assert LL.chunk_rows(5, 10, 4, chunk_size=70) == 5
