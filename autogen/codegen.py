@@ -182,11 +182,12 @@ def render(spec, cache=True, parallel=False):
             before = ["__I = p___inner", f"__B = min(__I, max({_LANES_MIN}, min({_LANES_MAX}, {_BLOCK_ELEMS} // max(__C, 1))))",
                       "__NI = (__I + __B - 1) // __B if __B else 0", "__NQ = __R // __I * __NI if __I else 0"] + before
         count, first = ("__NQ", "0") if cf else ("__r1 - __r0", "__r0")
-        if p.col_reduces:  # rows in a fixed number of chunks (not one per thread): the sums do not depend on
-            # the thread count; each chunk sums its rows per column, the chunks are then added in order
+        if p.col_reduces or cf:  # rows in a fixed number of chunks (not one per thread): the sums do not depend
+            # on the thread count; each chunk sums its rows per column, the chunks are then added in order.
+            # Channel-first: a chunk of blocks allocates the per-lane arrays once
             var = "__q" if cf else "__r"
-            head = [f"for __b in {loop}(__NB):", f"    for {var} in range({first} + ({count}) * __b // __NB, "
-                    f"{first} + ({count}) * (__b + 1) // __NB):"]
+            head = [f"for __b in {loop}(__NB):"] + [f"    {a}" for a in body.pop("allocs", [])] + [
+                f"    for {var} in range({first} + ({count}) * __b // __NB, {first} + ({count}) * (__b + 1) // __NB):"]
             before.append(f"__NB = max(min({count}, {_COL_CHUNKS}), 1)")
             for n in p.col_reduces:
                 k = idx[n.digest]
@@ -195,7 +196,7 @@ def render(spec, cache=True, parallel=False):
                          "    for __q in range(__NB):", f"        __s += __c{k}[__q, __j]", f"    __cv{k}[__j] = __F(__s)"]
         else:
             head = [f"for __q in {loop}(__NQ):"] if cf else [f"for __r in {loop}(__r0, __r1):"]
-        pad = " " * (4 + 4 * len(head))
+        pad = " " * (4 + 4 * (2 if p.col_reduces or cf else 1))
         passes.append(dict(before=before, head=head, pad=pad, fold=fold, **body))
     post = scalar_lines(sched.post) + [f"out_{j}[0] = {names[spec.outputs[j][0].digest]}" for j in sched.scalar_outputs]
     args = [f"in_{n.attr}" for n in spec.inputs] + [f"p_{n.attr}" for n in spec.params]
@@ -372,7 +373,8 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False):
         (first if d == 0 else after.setdefault(d - 1, [])).append(line(n))
     out = _loops(loops, after, nloops)
     if cf:
-        row_begin += [f"{a} = __np.empty(__B, {t})" for a, t in sorted(arrays.items())] + _lanes(first)
+        allocs = [f"{a} = __np.empty(__B, {t})" for a, t in sorted(arrays.items())]
+        row_begin += _lanes(first)
         row_end = _lanes(row_end)
         for lp in out:
             lp["init"], lp["after"] = _lanes(lp["init"]), _lanes(lp["after"])
@@ -383,7 +385,7 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False):
         lp["head"] = head[:-1] + [f"    __s{k} = __zero" for k in sums] + head[-1:]
         lp["tail"] = [f"    __c{k}[__b, __j] += __s{k}" for k in sums]
         lp["pad"] = " " * (8 if cf else 4)
-    return dict(row_begin=row_begin, loops=out, row_end=row_end)
+    return dict(row_begin=row_begin, loops=out, row_end=row_end, **({"allocs": allocs} if cf else {}))
 
 
 def _loops(loops, after, nloops):
