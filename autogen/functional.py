@@ -34,11 +34,11 @@ _LOW = (torch.float16, torch.bfloat16)
 # NLL writes the same gradient torch does: its fused kernel wins only where torch's gradient is new
 # memory on every call.
 SMALL_ELEMENTS = {"mse_loss": 1 << 17, "l1_loss": 1 << 15, "smooth_l1_loss": 1 << 19, "huber_loss": 1 << 19,
-                  "binary_cross_entropy": 1 << 13, "binary_cross_entropy_with_logits": 1 << 17,
-                  "cross_entropy": 1 << 19, "nll_loss": 1 << 23, "gaussian_nll_loss": 1 << 15,
-                 "hinge_embedding_loss": 1 << 13, "kl_div": 1 << 15, "margin_ranking_loss": 1 << 15,
-                 "multilabel_soft_margin_loss": 1 << 12, "multi_margin_loss": 1 << 15, "poisson_nll_loss": 1 << 15,
-                 "triplet_margin_loss": 1 << 14, "triplet_margin_with_distance_loss": 1 << 14,
+                  "binary_cross_entropy": 1 << 13, "binary_cross_entropy_with_logits": 1 << 15,
+                  "cross_entropy": 1 << 19, "nll_loss": 1 << 23, "gaussian_nll_loss": 1 << 13,
+                 "hinge_embedding_loss": 1 << 13, "kl_div": 1 << 14, "margin_ranking_loss": 1 << 15,
+                 "multilabel_soft_margin_loss": 1 << 10, "multi_margin_loss": 1 << 15, "poisson_nll_loss": 1 << 15,
+                 "triplet_margin_loss": 1 << 13, "triplet_margin_with_distance_loss": 1 << 13,
                  "cosine_embedding_loss": 0}
 # The same for a call that needs no gradient (torch.no_grad(), or no input requires grad): the fused
 # kernel then saves only the forward's passes, so torch's kernel wins up to larger sizes, and NLL's
@@ -48,7 +48,8 @@ SMALL_ELEMENTS_NO_GRAD = dict(SMALL_ELEMENTS, mse_loss=1 << 22, l1_loss=1 << 19,
                               binary_cross_entropy_with_logits=1 << 18, gaussian_nll_loss=1 << 16,
                               nll_loss=1 << 62, margin_ranking_loss=1 << 19, multilabel_soft_margin_loss=1 << 13,
                               multi_margin_loss=1 << 17, poisson_nll_loss=1 << 17, triplet_margin_loss=1 << 19,
-                              triplet_margin_with_distance_loss=1 << 17, cosine_embedding_loss=1 << 15)
+                              triplet_margin_with_distance_loss=1 << 17, cosine_embedding_loss=1 << 15,
+                              kl_div=1 << 15)
 if os.environ.get("AUTOGEN_SMALL_ELEMENTS"):
     SMALL_ELEMENTS = dict.fromkeys(SMALL_ELEMENTS, int(os.environ["AUTOGEN_SMALL_ELEMENTS"]))
     SMALL_ELEMENTS_NO_GRAD = dict(SMALL_ELEMENTS)
