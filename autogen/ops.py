@@ -8,7 +8,8 @@ no new schema:
                            bool[] needs) -> Tensor[]
 
 `name` is an autogen.functional name ('cross_entropy', 'leaky_relu') or 'module:<key>' for an
-@autogen_loss module; `tensors` are the call's tensor arguments (an absent optional one left out)
+@autogen_loss module, or 'fused:<program>' for a loss with the pointwise ops before it (inductor_pass.py,
+under Inductor); `tensors` are the call's tensor arguments (an absent optional one left out)
 and `options` the rest, after the tensors' parameter names, as one canonical string (`encode`).
 The CPU implementation runs the ordinary eager path of that call (policy, size thresholds and
 kernels read when the graph runs); where the graph differentiates the call, it runs it under
