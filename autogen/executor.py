@@ -948,7 +948,10 @@ class _LossFunction(torch.autograd.Function):
         if keep is not None:  # torch's semantics: its error for a kept input changed in place, else legal
             if getattr(engine, "reads_inputs", True):  # an engine that says no saves only what its forward wrote
                 saved = _own_copies(saved, [t for i, t in enumerate(tensors) if i not in keep])
-            ctx.watch = [(w, w._version) for w in (getattr(tensors[i], "_autogen_src", tensors[i]) for i in keep)]
+            watch = ctx.watch = []
+            for i in keep:
+                w = getattr(tensors[i], "_autogen_src", tensors[i])
+                watch.append((w, w._version))
         ctx.fast = keep is not None and graph.kind == "loss"
         if ctx.fast:
             ctx.inputs, ctx.versions, ctx.reads = tensors, [t._version for t in tensors], False
@@ -987,14 +990,14 @@ class _LossFunction(torch.autograd.Function):
                 saved = _replace(saved, _RESULT, stored[0])
         grads = ctx.engine.backward(saved, gout)
         if grads is saved:  # the forward's gradients themselves (the engine's common case)
-            handed = any(g is not None for g in grads)
-            held = {id(g) for g in grads}
+            handed, held = True, None
         else:
             held = {id(t) for t in _tensors_in(saved)}
             handed = any(g is not None and id(g) in held for g in grads)
         if handed and keep:
             # retain_graph=True: keep the forward's gradients for the next backward (inputs torch does not
             # keep may change in place before it) and hand autograd copies
+            held = held or {id(g) for g in grads}
             grads = [g.clone() if g is not None and id(g) in held else g for g in grads]
             handed = False
         if fast and not keep:
