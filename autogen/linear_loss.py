@@ -42,18 +42,21 @@ CHUNK_BYTES = 32 << 20
 CHUNK_BYTES_MAX = 256 << 20
 _REDUCTIONS = ("none", "mean", "sum")
 LOW16_KERNEL = True  # a traced loss's kernel reads bfloat16 logits as they are (False: a float32 copy)
+# a traced loss's generated kernel writes the gradient into a buffer of the chunk's size from the pool, so a
+# ragged last chunk takes a second one: 4 chunks split a power-of-two token count evenly
+TRACED_CHUNKS = 4
 TRACED_CHUNK_ROWS = None  # rows per chunk of a loss after a linear layer in @autogen_loss; None: from CHUNK_BYTES
 _warned = set()
 
 
-def chunk_rows(N, V, itemsize, chunk_size=None):
+def chunk_rows(N, V, itemsize, chunk_size=None, count=CHUNKS):
     """Rows per chunk: `chunk_size`, or N rows of V logits of `itemsize` bytes in CHUNKS chunks (fewer where
     a chunk would hold under CHUNK_BYTES, more where one would hold over CHUNK_BYTES_MAX), evened out (2048
     rows in 3 chunks: 683, 683 and 682)."""
     if chunk_size is not None:
         return max(1, min(chunk_size, N))
     total = N * V * itemsize
-    chunks = max(-(-total // CHUNK_BYTES_MAX), min(CHUNKS, total // CHUNK_BYTES), 1)
+    chunks = max(-(-total // CHUNK_BYTES_MAX), min(count, total // CHUNK_BYTES), 1)
     return max(1, -(-N // min(chunks, max(N, 1))))
 
 
@@ -169,7 +172,7 @@ def _ce_chunks(h, W, b, t, o, f, needs):
                       native=o.path == "handwritten")
 
 
-def run_chunks(h, W, b, step, needs, chunk, native=False, extra_bytes=0):
+def run_chunks(h, W, b, step, needs, chunk, native=False, extra_bytes=0, chunks=None):
     """(loss rows or None, sum of the rows' losses, lse rows or None, gradients): the gradients (input,
     weight, bias) that `needs` asks for. h (N, H), W (V, H), b (V,) or None. step(z, s, e, want_grad) is
     the loss of rows [s, e) from their logits z: (loss rows, lse rows, sum, gradient of z), each or None;
@@ -184,7 +187,7 @@ def run_chunks(h, W, b, step, needs, chunk, native=False, extra_bytes=0):
     Wg = W if W.dtype == gdt else W.to(gdt)
     bg = None if b is None else b if b.dtype == gdt else b.to(gdt)
     native = native or gdt == cdt
-    rows = chunk_rows(N, V, gdt.itemsize + (0 if native else cdt.itemsize) + extra_bytes, chunk)
+    rows = chunk_rows(N, V, gdt.itemsize + (0 if native else cdt.itemsize) + extra_bytes, chunk, chunks or CHUNKS)
     # the workspace and the gradients from the executor's pool: a fresh 64 MB tensor is page-faulted
     g_all = _buffer(rows * V, gdt).view(rows, V)
     z_all = None  # float32 logits for the other paths under bfloat16, made when first needed
@@ -223,6 +226,7 @@ def run_chunks(h, W, b, step, needs, chunk, native=False, extra_bytes=0):
             torch.mm(gg, Wg, out=dx[s:e])
         if need_w:  # the first chunk writes dw (no memset), the others add to it
             dw.addmm_(gg.t(), hc) if s else torch.mm(gg.t(), hc, out=dw)
+        g = gg = None  # a step's own gradient buffer back to the pool before the next step takes one
     grads = [None if g is None else _cast(g, like.dtype) for g, like in ((dx, h), (dw, W), (db, b))]
     return loss, total, lse, grads
 
@@ -737,7 +741,8 @@ class _Custom:
 
         loss, total, _, (gx, gw, gb) = run_chunks(h, W, b, step, needs[:3] if want else (False,) * 3,
                                                   TRACED_CHUNK_ROWS, native=low,
-                                                  extra_bytes=(h.itemsize if low else cdt.itemsize) if want else 0)
+                                                  extra_bytes=(h.itemsize if low else cdt.itemsize) if want else 0,
+                                                  chunks=TRACED_CHUNKS)
         return loss, total, [gx, gw, gb] + [gother.get(k) for k in self.names]
 
     def forward(self, ins, needs):
