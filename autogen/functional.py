@@ -417,7 +417,7 @@ def _tname(dtype):
 
 
 # channel-first classes are read in place from this inner size on (a block's lanes); below it a transposed
-# copy into rows of C measures as fast or faster (benchmarks/bench_channel_first.py)
+# copy into rows of C measured as fast or faster (blocks of one or two lanes do not vectorize)
 _CF_INNER = 3
 
 
