@@ -73,14 +73,18 @@ class _Lowering:
         floats = [i for i, t in enumerate(example) if t.is_floating_point()]
         if not floats:
             raise _Unsupported("a loss without floating-point inputs", "")
-        self.base_index = max(floats, key=lambda i: (example[i].dim(), -i))
-        base = tuple(example[self.base_index].shape)
+        # an input read only through slices (glu's halves, x.chunk(2, -1)) counts with its first part's shape
+        sliced = {i: _first_part(node) for i, node in enumerate(placeholders) if _only_sliced(node)}
+        shapes = [sliced.get(i) or tuple(t.shape) for i, t in enumerate(example)]
+        self.base_index = max(floats, key=lambda i: (len(shapes[i]), -i))
+        base = shapes[self.base_index]
         self.base = base if len(base) >= 2 else (1,) * (2 - len(base)) + base  # (R..., C), at least 2-D
         self.k = len(self.base) - 1   # index of the last (column) axis
         self.k = _class_axis(gm, self.base, self.k)  # or dim 1: channel-first (N, C, d1..dK), read in place
         self.env = {}
+        self.parts = 0
         for i, (node, t) in enumerate(zip(placeholders, example)):
-            self.env[node] = self._placeholder(i, t)
+            self.env[node] = _Part(i, t, ()) if i in sliced else self._placeholder(i, t)
 
     # layout helpers
     def _aligned_axes(self, shape):
@@ -124,8 +128,9 @@ class _Lowering:
         full = (ROW if rows else 0) | (COL if cols else 0)
         return ELEM if out and out == full else out
 
-    def _placeholder(self, i, t, what=None):
+    def _placeholder(self, i, t, what=None, name=None, how="flat"):
         what = what or f"input {i}"
+        name = name or f"in{i}"
         kind = "f" if t.is_floating_point() else ("b" if t.dtype == torch.bool else "i")
         shape = tuple(t.shape)
         axes = self._aligned_axes(shape)
@@ -136,11 +141,11 @@ class _Lowering:
             if kind != "f" or len(shape) > len(self.base):
                 raise _Unsupported(why, "")
             # a per-channel weight (prelu's): materialized once its first reshape aligns it (view)
-            node = inp(f"in{i}", ELEM, kind)
-            self.inputs.append((node, i, "expand"))
+            node = inp(name, ELEM, kind)
+            self.inputs.append((node, i, _then(how, "expand")))
             self.unaligned[node.digest] = why
             return V(node, shape, None, True)
-        how, over = "flat", False
+        over = False
         try:
             lvl = self.level(axes)
         except _Unsupported:
@@ -148,8 +153,8 @@ class _Lowering:
         # partial broadcasts, and per-column tensors that require grad (a row pass cannot write their gradient,
         # a sum over the rows): materialized, autograd sums the gradient back over the broadcast
         if lvl is None or lvl == COL and t.requires_grad:
-            how, lvl, over = "expand", ELEM, True
-        node = inp(f"in{i}", lvl, kind)
+            how, lvl, over = _then(how, "expand"), ELEM, True
+        node = inp(name, lvl, kind)
         self.inputs.append((node, i, how))
         return V(node, shape, axes, over)
 
@@ -316,9 +321,12 @@ class _Lowering:
                 raise _Unsupported(self.unaligned[x.node.digest], "")
             k = next(k for k, (m, _, _) in enumerate(self.inputs) if m.digest == x.node.digest)
             node, i, how = self.inputs[k]
-            if how not in ("expand", ("expand", tuple(_hint(d) for d in shape))):
-                raise _Unsupported(self.unaligned[x.node.digest] + " (reshaped twice)", "")
-            self.inputs[k] = (node, i, ("expand", tuple(_hint(d) for d in shape)))
+            step = ("reshape", tuple(_hint(d) for d in shape))
+            if len(how) > 1 and how[-2][0] == "reshape":  # the placeholder reshaped again
+                if how[-2] != step:
+                    raise _Unsupported(self.unaligned[x.node.digest] + " (reshaped twice)", "")
+            else:
+                self.inputs[k] = (node, i, how[:-1] + (step, "expand"))
             return V(x.node, shape, axes, True)
         src = [(s, a) for s, a in zip(x.shape, x.axes) if s != 1]
         dst = [s for s in shape if s != 1]
@@ -340,6 +348,31 @@ class _Sym:
     """A size-derived Python number (its value at this trace); lowered to a runtime param."""
     def __init__(self, value):
         self.value = value
+
+
+@dataclass
+class _Part:
+    """A slice of input `i` not yet read (`t`: the example's view, `steps`: the narrows that make it)."""
+    i: int
+    t: torch.Tensor
+    steps: tuple
+
+
+_SLICING = {aten.slice.Tensor, aten.split_with_sizes.default, aten.split.Tensor, operator.getitem}
+
+
+def _only_sliced(node):
+    """Whether every use of `node` slices it (or picks a piece of its split)."""
+    uses = [u for u in node.users if getattr(u.target, "overloadpacket", None) not in _SYM_PACKETS]  # sizes
+    return bool(uses) and all(u.target in _SLICING and u.args[0] is node for u in uses)
+
+
+def _first_part(node):
+    """Shape of the first value read out of a sliced input (following slices of slices, splits' pieces)."""
+    while _only_sliced(node):
+        node = next(u for u in node.users if u.target in _SLICING)
+    val = node.meta.get("val")
+    return tuple(_hint(d) for d in val.shape) if isinstance(val, torch.Tensor) else None
 
 
 def _hint(v):
@@ -709,6 +742,66 @@ def _expand(low, n, x, sizes, *, implicit=False):
     return V(node, shape, axes)
 
 
+def _num(low, a):
+    a = low.env[a] if isinstance(a, torch.fx.Node) else a
+    return a.value if isinstance(a, _Sym) else a
+
+
+def _piece(low, n, part):
+    """A slice of an input: sliced again later, or read here as a kernel input of its own (a narrow of
+    the tensor; torch copies it if it is not contiguous, glu's halves along the last dimension)."""
+    if _only_sliced(n):
+        return part
+    low.parts += 1
+    return low._placeholder(part.i, part.t, f"part {low.parts} of input {part.i}", f"in{part.i}_{low.parts}",
+                            part.steps)
+
+
+def _narrowed(part, dim, start, length):
+    dim %= part.t.dim()
+    return _Part(part.i, part.t.narrow(dim, start, length), part.steps + (("narrow", dim, start, length),))
+
+
+@_rule(aten.slice)
+def _slice(low, n, x, dim=0, start=None, end=None, step=1):
+    xv = low.env[x]
+    if not isinstance(xv, _Part):
+        if step == 1 and isinstance(xv, V) and tuple(n.meta["val"].shape) == tuple(xv.shape):
+            return xv  # x[:, :] keeps everything
+        raise _Unsupported("a slice of a computed value (only the loss's inputs may be sliced)", "")
+    if step != 1:
+        raise _Unsupported("a strided slice", "")
+    size = xv.t.size(dim)
+    r = range(size)[slice(_num(low, start), _num(low, end))]
+    return _piece(low, n, _narrowed(xv, dim, r.start, len(r)))
+
+
+@_rule(aten.split_with_sizes, aten.split)
+def _split(low, n, x, sizes, dim=0):
+    xv = low.env[x]
+    if not isinstance(xv, _Part):
+        raise _Unsupported("a split of a computed value (only the loss's inputs may be split)", "")
+    size = xv.t.size(dim)
+    if isinstance(sizes, (list, tuple)):
+        sizes = [_num(low, a) for a in sizes]
+    else:
+        step = _num(low, sizes)
+        sizes = [min(step, size - o) for o in range(0, size, step)] if step else [size]
+    parts, start = [], 0
+    for length in sizes:
+        parts.append(_narrowed(xv, dim, start, length))
+        start += length
+    return parts
+
+
+@_rule(operator.getitem)
+def _getitem(low, n, x, k):
+    parts = low.env[x]
+    if not isinstance(parts, list):
+        raise _Unsupported("an index into a tensor", "")
+    return _piece(low, n, parts[k])
+
+
 @_rule(aten.permute, aten.transpose, aten.t)
 def _permute(low, n, x, *args):
     xv = low.arg(x)
@@ -1064,13 +1157,23 @@ def _eval_index(node, tensors, traced):
     return values[node.digest].reshape(-1).long()
 
 
+def _then(how, *steps):
+    return tuple(how) + steps if how != "flat" else steps
+
+
 def _expanded(t, how, base):
-    """A kernel input as the trace reads it: a broadcast one materialized (reshaped first if it is aligned so)."""
+    """A kernel input as the trace reads it (`how`: "flat", or its steps): a part of a sliced input
+    (narrow), reshaped, a broadcast one materialized (expand)."""
     if how == "flat":
         return t
-    if how != "expand":
-        t = t.reshape(how[1])
-    return t.expand(broadcast_shapes(t.shape, base))
+    for step in how:
+        if step == "expand":
+            t = t.expand(broadcast_shapes(t.shape, base))
+        elif step[0] == "narrow":
+            t = t.narrow(*step[1:])
+        else:
+            t = t.reshape(step[1])
+    return t
 
 
 def _run_checks(traced, tensors):
@@ -1100,7 +1203,10 @@ def _run(traced, tensors):
         if node.kind == "f" and t.dtype is not cdt:
             t = t if cdt is torch.float32 and t.dtype in (torch.bfloat16, torch.float16) else t.to(cdt)  # read 16 bits
         t = _expanded(t, how, traced.base)
-        args.append(t if t.is_contiguous() else t.contiguous())
+        t = t if t.is_contiguous() else t.contiguous()
+        if t is not tensors[i]:  # a copy remembers its source, whose in-place changes torch would see
+            t._autogen_src = tensors[i]
+        args.append(t)
     for node, expr in traced.index_inputs:
         if expr.op == "input":  # the index is an input itself (a class target): no torch op on it
             idx = tensors[traced.sources[expr.attr]].detach().reshape(-1)

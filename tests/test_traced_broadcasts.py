@@ -70,3 +70,81 @@ def test_broadcast_input(name, dtype, grad_w):
     else:
         assert len(engine) == 1 and "running the module eagerly" in engine[0], engine
         assert not any(c.op == name for c in rec.calls)
+
+
+# slices of an input read as kernel inputs of their own: name -> (forward(x, t), fused?)
+SLICES = {
+    "glu_last": (lambda x, t: TF.mse_loss(TF.glu(x, -1), t[:, :4]), True),
+    "glu_first": (lambda x, t: TF.smooth_l1_loss(TF.glu(x, 0), t[3:]), True),
+    "chunk": (lambda x, t: (lambda a, b: ((a * torch.sigmoid(b) - t[:, 4:]) ** 2).mean())(*x.chunk(2, -1)), True),
+    "split_rows": (lambda x, t: (lambda a, b, c: (a * b - c).abs().sum())(*x.split(2)), True),
+    "slice_of_slice": (lambda x, t: TF.l1_loss(x[:, 2:][:, :4], t[:, 1:5], reduction="sum"), True),
+    "uneven": (lambda x, t: TF.l1_loss(x[:, 1:5], t[:, 2:6]) + (x[2:] ** 2).mean(), False),
+    "sliced_and_whole": (lambda x, t: TF.mse_loss(x, t) + x[:, :2].sum(), False),
+    "strided": (lambda x, t: TF.mse_loss(x[:, ::2], t[:, 1::2]), False),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", list(SLICES))
+def test_sliced_input(name, dtype):
+    fn, fused = SLICES[name]
+    torch.manual_seed(0)
+    x = torch.randn(6, 8, dtype=dtype, requires_grad=True)
+    t = torch.randn(6, 8, dtype=dtype)
+    _check(f"Sliced_{name}", fn, [x, t], [x], fused, dtype)
+
+
+def _check(name, fn, args, wrt, fused, dtype):
+    ref = fn(*args)
+    gout = torch.rand_like(ref) + 0.5
+    want = torch.autograd.grad(ref, wrt, gout)
+    ours = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+    mod = autogen_loss(_module2(name, fn))(use_autogen=True)
+    with autogen.policy("aggressive"), autogen.record() as rec, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = mod(*ours)
+        got = torch.autograd.grad(out, [o for o, a in zip(ours, args) if any(a is w for w in wrt)], gout)
+    tol = tolerances(dtype)
+    torch.testing.assert_close(out, ref, **tol)
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e, **tol)
+    engine = [str(m.message) for m in caught if str(m.message).startswith("autogen")]
+    if fused:
+        assert not engine, engine
+        assert [(c.op, c.fused, c.phase) for c in rec.calls] == [(name, True, "forward"), (name, True, "backward")]
+    else:
+        assert len(engine) == 1 and "running the module eagerly" in engine[0], engine
+        assert not any(c.op == name for c in rec.calls)
+
+
+def _module2(name, fn):
+    return type(name, (torch.nn.Module,), {"forward": lambda self, *a: fn(*a)})
+
+
+@pytest.mark.parametrize("case", ["prelu_weight", "glu_input"])
+def test_read_materialized_input_changed_in_place_raises_like_torch(case):
+    """A broadcast or sliced input is copied for the kernel; torch keeps the original (prelu's weight, glu's
+    input), so an in-place change before backward raises there, and must here (not use the copy)."""
+    torch.manual_seed(0)
+    if case == "prelu_weight":
+        fn = lambda x, t, w: TF.mse_loss(TF.prelu(x, w), t)  # noqa: E731
+        args = [torch.randn(BASE, requires_grad=True), torch.randn(BASE), torch.rand(6, requires_grad=True)]
+        change = 2
+    else:
+        fn = lambda x, t: TF.mse_loss(TF.glu(x, -1), t)  # noqa: E731
+        args = [torch.randn(6, 8, requires_grad=True), torch.randn(6, 4)]
+        change = 0
+    errors = []
+    for ours in (False, True):
+        xs = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+        mod = autogen_loss(_module2(f"InPlace_{case}", fn))(use_autogen=True) if ours else _module2("E", fn)()
+        with autogen.policy("aggressive"), autogen.record() as rec:
+            out = mod(*xs)
+            with torch.no_grad():
+                xs[change].mul_(2)
+            with pytest.raises(RuntimeError) as err:
+                out.backward()
+        errors.append(str(err.value))
+        assert not ours or [c.fused for c in rec.calls] == [True]
+    assert "modified by an inplace operation" in errors[0] and "modified by an inplace operation" in errors[1]

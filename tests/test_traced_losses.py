@@ -25,8 +25,6 @@ pytestmark = pytest.mark.filterwarnings("error:autogen:RuntimeWarning")
 
 # case id -> why it runs eagerly (asserted: one warning naming it, torch's numbers)
 EAGER = {
-    "glu-default": "slice",                   # halves of the input: a slice, no IR value
-    "glu-0": "slice",
 }
 EAGER_MESSAGES = {"target of shape": "input 1 of shape", "requires grad": "requires grad", "slice": "slice",
                   "whole-tensor reduction": "whole-tensor reduction"}
