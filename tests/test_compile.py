@@ -532,3 +532,35 @@ def test_inductor_runs_the_pass():
     assert code.count("torch.ops.autogen.call.default('fused:tanh(a0) mul(v0,a1) add(v1,a2)|huber_loss(") == 1, code
     assert "cpp_fused" not in code, code  # Inductor compiled none of it itself
     assert code.count("torch.ops.autogen.call_backward.default(") == 1, code
+
+
+def test_the_pass_keeps_a_users_pass_and_can_be_turned_off(monkeypatch):
+    """register() appends ours after a pass already in pre_grad_custom_pass (once); on Dynamo's graph of a
+    tail and a loss, ours fuses them into one 'fused:' call, and with ENABLED = False leaves the graph as
+    it was (and its cache key changes)."""
+    from torch._inductor import config
+    theirs = []
+    monkeypatch.setattr(config, "pre_grad_custom_pass", theirs.append)
+    inductor_pass.register()
+    inductor_pass.register()
+    passes = config.pre_grad_custom_pass
+    assert passes[0] == theirs.append and [type(p) for p in passes[1:]] == [inductor_pass.AbsorbPass]
+    ours = passes[1]
+
+    captured = []
+    def backend(gm, example_inputs):
+        captured.append(gm)
+        return gm.forward
+    torch.compile(_Tail(), backend=backend, fullgraph=True)(torch.randn(16, 8), torch.randn(16, 8))
+
+    def names(gm):
+        return [str(n.args[0]) for n in gm.graph.nodes if n.target is CALL]
+    on = ours.uuid()
+    monkeypatch.setattr(inductor_pass, "ENABLED", False)
+    off = copy.deepcopy(captured[0])
+    ours(off.graph)
+    assert ours.uuid() != on and names(off) == names(captured[0]) == ["huber_loss"]
+    monkeypatch.setattr(inductor_pass, "ENABLED", True)
+    fused = copy.deepcopy(captured[0])
+    ours(fused.graph)
+    assert [n[:6] for n in names(fused)] == ["fused:"], names(fused)
