@@ -90,9 +90,24 @@ def apply(op, *args):
         if unit is not None and args[j].op == "const" and args[j].attr == unit and other.kind == kind \
                 and other.level == level:
             return other
+    if op == "pow" and args[1].op == "const" and args[0].kind == "f" and args[1].attr in _SMALL_POWERS:
+        return _power(args[0], int(args[1].attr))
     value_args = args[:1] if prim.group == "identity" else args  # identities carry only their first
     post = any(a.post for a in value_args) or prim.group == "reduce_all"
     return _make(op, args, None, level, kind, post)
+
+
+# x ** k for these k as products: libm's pow is a scalar call in every loop that uses it (no vector pow)
+_SMALL_POWERS = (2.0, 3.0, 4.0, 5.0, 6.0, 8.0)
+
+
+def _power(x, k):
+    """x ** k (k >= 2) by squaring: x * x, (x * x) * x, (x * x) * (x * x), ..."""
+    if k == 1:
+        return x
+    half = _power(x, k // 2)
+    sq = apply("mul", half, half)
+    return apply("mul", sq, x) if k % 2 else sq
 
 
 def is_leaf(node):
