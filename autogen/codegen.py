@@ -208,8 +208,9 @@ def render(spec, cache=True, parallel=False):
 
 
 # channel-first blocks: lanes (rows contiguous in inner) per block, from C; a block of C x lanes elements
-# is re-read by each loop over the row, so it should stay in cache
-_LANES_MIN, _LANES_MAX, _BLOCK_ELEMS = 16, 512, 8192
+# is re-read by each loop over the row, so it should stay in L2 (128 KB in float32), and under 64 lanes
+# each class's loop is too short to pay for its setup (measured with C = 512 and 1000)
+_LANES_MIN, _LANES_MAX, _BLOCK_ELEMS = 64, 512, 32768
 _DTYPES = {"f": "__F", "i": "__np.int64", "b": "__np.bool_"}
 
 
