@@ -83,8 +83,11 @@ class _Lowering:
         self.k = _class_axis(gm, self.base, self.k)  # or dim 1: channel-first (N, C, d1..dK), read in place
         self.env = {}
         self.parts = 0
+        # the base's sizes as the trace's symbols: a size equal to another by value (batch == classes) is told
+        # apart by its symbol (the trace runs without duck sizing)
+        self.sym_base = None if self.base_index in sliced else _sym_dims(placeholders[self.base_index])
         for i, (node, t) in enumerate(zip(placeholders, example)):
-            self.env[node] = _Part(i, t, ()) if i in sliced else self._placeholder(i, t)
+            self.env[node] = _Part(i, t, ()) if i in sliced else self._placeholder(i, t, node=node)
 
     # layout helpers
     def _aligned_axes(self, shape):
@@ -128,12 +131,24 @@ class _Lowering:
         full = (ROW if rows else 0) | (COL if cols else 0)
         return ELEM if out and out == full else out
 
-    def _placeholder(self, i, t, what=None, name=None, how="flat"):
+    def _per_row_by_symbol(self, node, axes):
+        """Whether an input that right-aligns with the base by value is per-row by its symbols: a size
+        on the class axis whose symbol is a leading dim's (a (N,) vector with N == C)."""
+        sym = _sym_dims(node) if node is not None and self.sym_base is not None else None
+        if sym is None or len(self.sym_base) != len(self.base):
+            return False
+        rows = {self.sym_base[a] for a in range(len(self.base)) if a != self.k}
+        return any(a == self.k and not isinstance(e, int) and e in rows and e != self.sym_base[self.k]
+                   for a, e in zip(axes, sym))
+
+    def _placeholder(self, i, t, what=None, name=None, how="flat", node=None):
         what = what or f"input {i}"
         name = name or f"in{i}"
         kind = "f" if t.is_floating_point() else ("b" if t.dtype == torch.bool else "i")
         shape = tuple(t.shape)
         axes = self._aligned_axes(shape)
+        if axes is not None and self._per_row_by_symbol(node, axes):
+            axes = None
         if axes is None and shape == self.base[:self.k] + self.base[self.k + 1:]:
             axes = tuple(a for a in range(len(self.base)) if a != self.k)  # per-row values, the class dim dropped
         if axes is None:
@@ -373,6 +388,21 @@ def _first_part(node):
         node = next(u for u in node.users if u.target in _SLICING)
     val = node.meta.get("val")
     return tuple(_hint(d) for d in val.shape) if isinstance(val, torch.Tensor) else None
+
+
+def _sym_dims(node):
+    """The sizes of a placeholder as the trace's sympy expressions after its replacements (ints where
+    static), or None."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return None
+    out = []
+    for d in val.shape:
+        if isinstance(d, torch.SymInt):
+            out.append(d.node.shape_env.replace(d.node.expr))
+        else:
+            out.append(int(d))
+    return tuple(out)
 
 
 def _hint(v):
@@ -1055,7 +1085,9 @@ def _trace(module, forward, tensors, cls):
             return forward(module, *ts)
 
     try:
-        with tracing_scope(), inline.scope() as calls, warnings.catch_warnings():
+        # no duck sizing: a size that happens to equal another (batch == features) stays its own symbol,
+        # so a per-row vector is not taken for a per-column one
+        with tracing_scope(), inline.scope() as calls, warnings.catch_warnings(), _no_duck_shapes():
             warnings.simplefilter("ignore")
             gm = make_fx(fn, decomposition_table=_decompositions(), tracing_mode="symbolic",
                          record_stack_traces=True, _allow_non_fake_inputs=True)(*tensors)
@@ -1080,6 +1112,11 @@ def _trace(module, forward, tensors, cls):
         sources += [(node, traced.sources[e.attr]) for node, e in traced.index_inputs if e.op == "input"]
         traced.graph = dataclasses.replace(traced.graph, saves=tuple(n.attr for n, i in sources if i in kept))
     return traced
+
+
+def _no_duck_shapes():
+    import torch.fx.experimental._config as config
+    return config.patch(use_duck_shape=False)
 
 
 def _kept_by_torch(module, forward, tensors):

@@ -148,3 +148,41 @@ def test_read_materialized_input_changed_in_place_raises_like_torch(case):
         errors.append(str(err.value))
         assert not ours or [c.fused for c in rec.calls] == [True]
     assert "modified by an inplace operation" in errors[0] and "modified by an inplace operation" in errors[1]
+
+
+# a 1-D input whose length is both the batch and the feature count: per-row or per-column by its use, as
+# torch reads it (the trace tells the two sizes apart by symbol): name -> (forward(x, t, v), fused?)
+SQUARE = {
+    "per_row": (lambda x, t, v: (v * ((x - t) ** 2).sum(-1)).mean(), True),
+    "per_row_contrastive": (lambda x, t, v: (v * ((x - t) ** 2).sum(-1) + (1 - v) * torch.clamp(
+        1 - ((x - t) ** 2).sum(-1).sqrt(), min=0) ** 2).mean(), True),
+    "per_column": (lambda x, t, v: ((x - t) ** 2 * v).mean(), True),
+    "per_row_and_column": (lambda x, t, v: ((x - t) ** 2 * v).sum(-1).mul(v).mean(), False),  # eager, warned
+}
+
+
+@pytest.mark.parametrize("n", [7, 1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", list(SQUARE))
+def test_vector_when_batch_equals_features(name, dtype, n):
+    fn, fused = SQUARE[name]
+    torch.manual_seed(0)
+    x, t = torch.randn(n, n, dtype=dtype, requires_grad=True), torch.randn(n, n, dtype=dtype)
+    v = torch.rand(n, dtype=dtype, requires_grad=True)
+    ref = fn(x, t, v)
+    want = torch.autograd.grad(ref, [x, v])
+    ours = [a.detach().clone().requires_grad_(a.requires_grad) for a in (x, t, v)]
+    mod = autogen_loss(_module(f"Square_{name}", fn))(use_autogen=True)
+    with autogen.policy("aggressive"), autogen.record() as rec, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = mod(*ours)
+        got = torch.autograd.grad(out, [ours[0], ours[2]])
+    tol = tolerances(dtype)
+    torch.testing.assert_close(out, ref, **tol)
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e, **tol)
+    engine = [str(m.message) for m in caught if str(m.message).startswith("autogen")]
+    if fused or n == 1:  # one row and one column: every use agrees
+        assert not engine and [(c.op, c.fused) for c in rec.calls] == [(f"Square_{name}", True)] * 2, engine
+    else:
+        assert len(engine) == 1 and "running the module eagerly" in engine[0], engine
