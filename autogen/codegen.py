@@ -266,7 +266,8 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False):
             if group != "reduce_row":
                 arrays[f"__a{idx[n.digest]}"] = _DTYPES[n.kind]
             k = depth[arg.digest]
-            lp = loop(k, 1 + idx[n.digest] if prim.solo else 0)
+            # channel-first: a max is per lane (elementwise over the block), vectorized beside anything else
+            lp = loop(k, 1 + idx[n.digest] if prim.solo and not cf else 0)
             lp["init"].append(f"{acc} = {prim.init}")
             lp["sinks"].append((arg, f"{acc} = " + prim.combine.format(names[arg.digest], acc=acc)))
             if prim.aux:
