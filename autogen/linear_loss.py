@@ -38,6 +38,9 @@ OP = "linear_cross_entropy"
 # peak stays under a quarter of eager's, which holds three logits-sized tensors. Fewer chunks read the
 # weight fewer times (`benchmarks/bench_linear_ce.py --chunks` measures time and memory at other sizes).
 CHUNKS = 3
+# bfloat16: oneDNN's bfloat16 matmul is slower on a ragged row count (2048 x 32K in 3 chunks of 683 rows:
+# 0.64 s; in 4 of 512: 0.58-0.60 s, and a lower peak)
+CHUNKS_BF16 = 4
 CHUNK_BYTES = 32 << 20
 CHUNK_BYTES_MAX = 256 << 20
 _REDUCTIONS = ("none", "mean", "sum")
@@ -187,7 +190,8 @@ def run_chunks(h, W, b, step, needs, chunk, native=False, extra_bytes=0, chunks=
     Wg = W if W.dtype == gdt else W.to(gdt)
     bg = None if b is None else b if b.dtype == gdt else b.to(gdt)
     native = native or gdt == cdt
-    rows = chunk_rows(N, V, gdt.itemsize + (0 if native else cdt.itemsize) + extra_bytes, chunk, chunks or CHUNKS)
+    count = chunks or (CHUNKS_BF16 if gdt == torch.bfloat16 else CHUNKS)
+    rows = chunk_rows(N, V, gdt.itemsize + (0 if native else cdt.itemsize) + extra_bytes, chunk, count)
     # the workspace and the gradients from the executor's pool: a fresh 64 MB tensor is page-faulted
     g_all = _buffer(rows * V, gdt).view(rows, V)
     z_all = None  # float32 logits for the other paths under bfloat16, made when first needed
