@@ -58,6 +58,18 @@ class V:
 _FLAT = "all"  # the axis tag of a dim that runs over every base axis (a flattened tensor)
 
 
+def _bases(axes):
+    """The base axes a value's dims run along, in order: a merged dim (a tuple tag, (N, C, H*W) of an
+    (N, C, H, W) base) stands for its run of base axes."""
+    out = []
+    for a in axes:
+        if type(a) is tuple:
+            out.extend(a)
+        elif a is not None:
+            out.append(a)
+    return out
+
+
 # -- the lowering: ATen graph -> primitive IR ---------------------------------------------------
 class _Lowering:
     def __init__(self, gm, example, name):
@@ -110,7 +122,7 @@ class _Lowering:
         """The IR level of a value laid along `axes` (base axes of size 1 do not count)."""
         if _FLAT in axes:
             return ELEM
-        present = {a for a in axes if a is not None and self.base[a] != 1}
+        present = {a for a in _bases(axes) if self.base[a] != 1}
         rows = {a for a in present if a != self.k}
         need = {a for a in range(len(self.base)) if a != self.k and self.base[a] != 1}
         if rows and rows != need:
@@ -226,7 +238,7 @@ class _Lowering:
         val = self.env[out]
         if not isinstance(val, V):
             raise _Unsupported("a loss returning a Python number", "")
-        if list(a for a in val.axes if a is not None) != sorted(a for a in val.axes if a is not None):
+        if _bases(val.axes) != sorted(_bases(val.axes)):
             raise _Unsupported("a loss returning a transposed tensor", "")
         if val.over:
             raise _Unsupported("a loss returning a tensor that broadcasts along only some dimensions", "")
@@ -298,8 +310,8 @@ class _Lowering:
             x = V(A("where", x.node, 1.0, 0.0) if x.node.kind == "b" else x.node * 1.0, x.shape, x.axes)
         nd = len(x.shape)
         dims = list(range(nd)) if dims is None or dims == [] else [d % nd for d in dims] if nd else []
-        reduced = {x.axes[d] for d in dims} - {None}
-        present = {a for a in x.axes if a is not None}
+        reduced = set(_bases([x.axes[d] for d in dims]))
+        present = set(_bases(x.axes))
         shape = tuple(n.meta["val"].shape)
         count = 1
         for d in dims:
@@ -356,7 +368,29 @@ class _Lowering:
             axes = self._aligned_axes(shape)
             if axes is not None and self.level(axes) == ELEM:
                 return V(x.node, shape, axes)
+        else:
+            axes = self._regrouped(x, shape)
+            if axes is not None:
+                return V(x.node, shape, axes)
         raise _Unsupported("a reshape that moves data between dimensions", "")
+
+    def _regrouped(self, x, shape):
+        """The axes of `x` viewed as `shape` when the view merges or splits runs of whole base axes
+        (flatten(2) of (N, C, H, W) data: dim 2 runs over H and W), else None."""
+        todo = [a for a in _bases(x.axes) if self.base[a] != 1]
+        axes = []
+        for s in shape:
+            if s == 1:
+                axes.append(None)
+                continue
+            run, size = [], 1
+            while todo and size < s:
+                run.append(todo.pop(0))
+                size *= self.base[run[-1]]
+            if size != s:
+                return None
+            axes.append(run[0] if len(run) == 1 else tuple(run))
+        return None if todo else tuple(axes)
 
 
 class _Sym:
@@ -838,7 +872,7 @@ def _permute(low, n, x, *args):
     val = n.meta["val"]
     perm = _permutation(n, len(xv.shape))
     axes = tuple(xv.axes[p] for p in perm)
-    present = [a for a in axes if a is not None]
+    present = _bases(axes)
     if present != sorted(present) and low.k == len(low.base) - 1:
         raise _Unsupported("a transpose of data (only size-1 dimensions may move)", "")
     return V(xv.node, tuple(val.shape), axes)
@@ -998,16 +1032,22 @@ def _class_axis(gm, base, last):
     else the last."""
     if len(base) < 3:
         return last
+    def ranked(x):  # the rank of a value of the base's own shape, or of a view merging its inner dims
+        shape = tuple(_hint(d) for d in x.meta["val"].shape)
+        return len(shape) if len(shape) == len(base) or len(shape) >= 3 and shape[:2] == tuple(base[:2]) else 0
+
     seen = set()
     for n in gm.graph.nodes:
         pos = _ALONG.get(n.target)
-        if pos is not None and len(n.args) > pos and len(n.args[0].meta["val"].shape) == len(base):
+        if pos is not None and len(n.args) > pos and ranked(n.args[0]):
+            nd = ranked(n.args[0])
             dims = n.args[pos]
-            dims = {d % len(base) for d in ([dims] if isinstance(dims, int) else dims)}
-            rest = set(range(len(base))) - dims
+            dims = {d % nd for d in ([dims] if isinstance(dims, int) else dims)}
+            rest = set(range(nd)) - dims
             if len(dims) == 1 or len(rest) == 1:  # along one dim, or over all but one (per-class sums)
                 seen.add(min(dims) if len(dims) == 1 else min(rest))
-        elif n.target in (aten.permute.default,) and len(n.args[1]) == len(base) and n.args[1][-1] % len(base) == 1:
+        elif n.target in (aten.permute.default,) and ranked(n.args[0]) == len(n.args[1]) >= 3 and (
+                n.args[1][-1] % len(n.args[1]) == 1):
             seen.add(1)  # the class dim moved last: a built-in cross-entropy's rows of C
     return 1 if seen == {1} else last
 

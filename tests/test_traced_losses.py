@@ -398,6 +398,16 @@ CHANNEL_FIRST = {  # name: (forward(self, x, t), target: 'index' (N, d1..dK) or 
                            "index"),
     "ce_plus_dice": (lambda self, x, t: TF.cross_entropy(x, t, ignore_index=1)
                      + _dice(torch.softmax(x, 1), _onehot(t, x.size(1), x.dtype)), "index"),
+    # the same on (N, C, d1*..*dK) views (the inner dims merged; split back): written as users write them
+    "dice_on_flat_view": (lambda self, x, t: _dice(torch.softmax(x, 1).flatten(2), _onehot(t, x.size(1), x.dtype)
+                                                   .flatten(2)), "index"),
+    "dice_softmax_of_view": (lambda self, x, t: _dice(x.view(x.size(0), x.size(1), -1).softmax(1),
+                                                      _onehot(t, x.size(1), x.dtype).reshape(x.size(0), x.size(1), -1)),
+                             "index"),
+    "ce_plus_dice_flat": (lambda self, x, t: TF.cross_entropy(x.flatten(2), t.flatten(1), label_smoothing=0.05)
+                          + _dice(x.flatten(2).softmax(1), _onehot(t, x.size(1), x.dtype).flatten(2)), "index"),
+    "softmax_flat_and_back": (lambda self, x, t: ((x.flatten(2).log_softmax(1).view(x.shape) * t) ** 2).mean(),
+                              "probs"),
 }
 # ranks 3-5, odd sizes; C = 1 (no reduction left: a flat kernel) and (N, C, 1) (rows of C) for one case, as
 # each is a kernel of its own. The corpus's MultiClassDice and test_schedules hold Dice alone.
