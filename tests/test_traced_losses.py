@@ -27,7 +27,8 @@ pytestmark = pytest.mark.filterwarnings("error:autogen:RuntimeWarning")
 EAGER = {
 }
 EAGER_MESSAGES = {"target of shape": "input 1 of shape", "requires grad": "requires grad", "slice": "slice",
-                  "whole-tensor reduction": "whole-tensor reduction"}
+                  "whole-tensor reduction": "whole-tensor reduction", "reshape": "a reshape that moves data",
+                  "sum over": "a sum over dimensions"}
 
 def _plus(loss, x):
     """loss + 0.1 * other, `other` a mean of x * x down to the loss's shape (a whole-tensor mean beside a
@@ -436,3 +437,30 @@ def test_channel_first_reductions_fuse(name, monkeypatch):
         _compare(_module(f"cf_{name}", fn, "alone"), [x, t], dtype)
         cf = C > 1 and shape[2:] != (1,)  # C = 1: no reduction is left (a flat kernel)
         assert (set(modes) == {"cf"}) == cf, (shape, modes)
+
+
+# -- views that merge or split whole dimensions of a (4, 3, 5) input: fused and exact, or eager with the reason --
+_W5 = torch.randn(5, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+VIEWS = {  # name: (forward(self, x, t), None when it fuses, else the EAGER_MESSAGES key of its warning)
+    "ce_on_merged_rows": (lambda self, x, t: TF.cross_entropy(x.reshape(-1, 5), t.reshape(-1)), None),
+    "ce_none_on_merged_rows": (lambda self, x, t: TF.cross_entropy(x.reshape(-1, 5), t.reshape(-1), reduction="none"),
+                               None),
+    "column_sum_of_merged_rows": (lambda self, x, t: (x.view(-1, 5).sigmoid().sum(0) ** 2).mean(), None),
+    "weight_on_merged_rows": (lambda self, x, t: ((x.flatten(0, 1) * _W5.to(x.dtype)) ** 2).sum(-1).mean(), None),
+    "merge_then_split": (lambda self, x, t: x.view(4, 15).view(4, 3, 5).softmax(-1).pow(2).mean(), None),
+    "merged_result": (lambda self, x, t: x.flatten(0, 1).tanh() * 2, None),
+    "merged_minus_column_mean": (lambda self, x, t: (x.flatten(0, 1) - x.view(-1, 5).mean(0)).pow(2).mean(), None),
+    "sum_over_merged_inner": (lambda self, x, t: x.view(x.size(0), -1).sigmoid().sum(1).mean(), "sum over"),
+    "regroup_across_axes": (lambda self, x, t: x.reshape(4, 5, 3).softmax(-1).pow(2).mean(), "reshape"),
+    "split_of_the_batch": (lambda self, x, t: x.reshape(2, 2, 3, 5).softmax(-1).pow(2).mean(), "reshape"),
+}
+
+
+@pytest.mark.parametrize("name", list(VIEWS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_views_merging_dimensions(name, dtype):
+    fn, eager = VIEWS[name]
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 3, 5, dtype=dtype, generator=gen).requires_grad_()
+    t = torch.randint(0, 5, (4, 3), generator=gen)
+    _compare(_module(f"view_{name}", fn, "alone"), [x, t], dtype, eager)
