@@ -93,12 +93,22 @@ class _Lowering:
         self.base = base if len(base) >= 2 else (1,) * (2 - len(base)) + base  # (R..., C), at least 2-D
         self.k = len(self.base) - 1   # index of the last (column) axis
         self.k = _class_axis(gm, self.base, self.k)  # or dim 1: channel-first (N, C, d1..dK), read in place
+        # or every dim after the batch (per-sample sums over dim=(1, 2, 3)): rows of C*d1*..*dK, the columns'
+        # axis tag the tuple of those axes (as a view merging them has), C their product
+        self.K = self.k if type(self.k) is tuple else (self.k,)
+        if type(self.k) is tuple:
+            kn = tuple(a for a in self.k if self.base[a] != 1)
+            self.k = kn if len(kn) > 1 else kn[0] if kn else self.k[-1]
+        self.Kn = frozenset(a for a in self.K if self.base[a] != 1)  # the columns' axes of size > 1
+        self.C = math.prod(self.base[a] for a in self.K)
         self.env = {}
         self.parts = 0
         # the base's sizes as the trace's symbols: a size equal to another by value (batch == classes) is told
         # apart by its symbol (the trace runs without duck sizing)
         self.sym_base = None if self.base_index in sliced else _sym_dims(placeholders[self.base_index])
         for i, (node, t) in enumerate(zip(placeholders, example)):
+            if i != self.base_index and not _read(node):  # an input the loss does not read (or reads only sizes of)
+                continue
             self.env[node] = _Part(i, t, ()) if i in sliced else self._placeholder(i, t, node=node)
 
     # layout helpers
@@ -123,12 +133,15 @@ class _Lowering:
         if _FLAT in axes:
             return ELEM
         present = {a for a in _bases(axes) if self.base[a] != 1}
-        rows = {a for a in present if a != self.k}
-        need = {a for a in range(len(self.base)) if a != self.k and self.base[a] != 1}
+        rows = present - self.Kn
+        need = {a for a in range(len(self.base)) if a not in self.K and self.base[a] != 1}
         if rows and rows != need:
             raise _Unsupported("a value that varies along only some of the leading dimensions", "")
-        has_c = self.k in present
-        if present and present == need | ({self.k} if self.base[self.k] != 1 else set()):
+        cols = present & self.Kn
+        if cols and cols != self.Kn:
+            raise _Unsupported("a value that varies along only some of the dimensions after the batch", "")
+        has_c = bool(cols)
+        if present and present == need | self.Kn:
             return ELEM
         return (ROW if rows else 0) | (COL if has_c else 0)
 
@@ -137,8 +150,8 @@ class _Lowering:
         is a scalar); ELEM stays ELEM."""
         if level == ELEM:
             return ELEM
-        rows = any(self.base[a] != 1 for a in range(len(self.base)) if a != self.k)
-        cols = self.base[self.k] != 1
+        rows = any(self.base[a] != 1 for a in range(len(self.base)) if a not in self.K)
+        cols = self.C != 1
         out = (ROW if level & ROW and rows else 0) | (COL if level & COL and cols else 0)
         full = (ROW if rows else 0) | (COL if cols else 0)
         return ELEM if out and out == full else out
@@ -147,7 +160,7 @@ class _Lowering:
         """Whether an input that right-aligns with the base by value is per-row by its symbols: a size
         on the class axis whose symbol is a leading dim's (a (N,) vector with N == C)."""
         sym = _sym_dims(node) if node is not None and self.sym_base is not None else None
-        if sym is None or len(self.sym_base) != len(self.base):
+        if sym is None or len(self.sym_base) != len(self.base) or len(self.K) > 1:
             return False
         rows = {self.sym_base[a] for a in range(len(self.base)) if a != self.k}
         return any(a == self.k and not isinstance(e, int) and e in rows and e != self.sym_base[self.k]
@@ -161,7 +174,7 @@ class _Lowering:
         axes = self._aligned_axes(shape)
         if axes is not None and self._per_row_by_symbol(node, axes):
             axes = None
-        if axes is None and shape == self.base[:self.k] + self.base[self.k + 1:]:
+        if axes is None and len(self.K) == 1 and shape == self.base[:self.k] + self.base[self.k + 1:]:
             axes = tuple(a for a in range(len(self.base)) if a != self.k)  # per-row values, the class dim dropped
         if axes is None:
             why = f"{what} of shape {list(shape)}, which does not broadcast to {list(self.base)}"
@@ -323,11 +336,11 @@ class _Lowering:
             # a per-row value of a one-row batch is still summed: the graph (and its kernel) of any batch size
             node = A(f"{kind}_all", x.node) if present or x.node.level != SCALAR else x.node
             axes = tuple(None for _ in shape)
-        elif reduced == {self.k}:
+        elif self.Kn and reduced == self.Kn:
             node = A(f"{kind}_row", x.node)
             axes = tuple(a for d, a in enumerate(x.axes) if d not in dims) if not keepdim else tuple(
                 None if d in dims else a for d, a in enumerate(x.axes))
-        elif kind == "sum" and self.k in present and reduced == present - {self.k}:
+        elif kind == "sum" and self.Kn and self.Kn <= present and reduced == present - self.Kn:
             # over every leading (batch) dimension: a per-column value (class-balanced weights' t.sum(0))
             node = A("sum_col", x.node)
             axes = tuple(a for d, a in enumerate(x.axes) if d not in dims) if not keepdim else tuple(
@@ -361,6 +374,10 @@ class _Lowering:
             it = iter(a for _, a in src)
             return V(x.node, shape, tuple(next(it) if s != 1 else None for s in shape), x.over)
         x = self.arg(n.args[0])  # anything else moves elements: not of a materialized broadcast
+        if len(self.K) > 1 and _FLAT not in x.axes:  # rows of samples: (1, -1) of a batch of one keeps its columns
+            axes = self._regrouped(x, shape)
+            if axes is not None:
+                return V(x.node, shape, axes)
         full = tuple(a for a in range(len(self.base)) if self.base[a] != 1)
         if len(dst) == 1 and tuple(a for _, a in src) in (full, (_FLAT,)):
             return V(x.node, shape, tuple(_FLAT if s != 1 else None for s in shape))
@@ -408,6 +425,12 @@ class _Part:
 
 
 _SLICING = {aten.slice.Tensor, aten.split_with_sizes.default, aten.split.Tensor, operator.getitem}
+
+
+def _read(node):
+    """Whether the trace reads `node`'s values (not only its sizes)."""
+    return any(getattr(u.target, "overloadpacket", None) not in _SYM_PACKETS and u.target not in _SYM_OPS
+               for u in node.users)
 
 
 def _only_sliced(node):
@@ -600,7 +623,7 @@ def _assert_async(low, n, cond, msg="Expected Tensor with single nonzero value, 
 def _arange(low, n, *args, **kwargs):
     nums = [a.value if isinstance(a, _Sym) else a for a in (low.arg(a) for a in args)]
     start, end, step = (0, nums[0], 1) if len(nums) == 1 else (nums + [1])[:3]
-    C = low.base[low.k]
+    C = low.C
     if (start, end, step) != (0, C, 1) or n.meta["val"].dtype.is_floating_point:
         raise _Unsupported(f"arange({start}, {end}, {step}) (only the column index arange(C) of the last "
                            f"dimension, C = {C})", "")
@@ -873,7 +896,7 @@ def _permute(low, n, x, *args):
     perm = _permutation(n, len(xv.shape))
     axes = tuple(xv.axes[p] for p in perm)
     present = _bases(axes)
-    if present != sorted(present) and low.k == len(low.base) - 1:
+    if present != sorted(present) and low.K[-1] == len(low.base) - 1:
         raise _Unsupported("a transpose of data (only size-1 dimensions may move)", "")
     return V(xv.node, tuple(val.shape), axes)
 
@@ -984,13 +1007,14 @@ def _inline_input(low, graph, leaf, v):
         node = node * 1.0
     elif leaf.kind != node.kind:
         raise _Unsupported(f"{graph.name}'s {leaf.attr} of kind {node.kind}", "")
-    if graph.mode == "row" and leaf.level == ROW and v.axes == (low.k,) and tuple(v.shape) == low.base[:-1]:
+    if graph.mode == "row" and leaf.level == ROW and v.axes == (low.k,) and tuple(v.shape) == low.base[:-1] and (
+            len(low.K) == 1):
         node = _as_rows(low, node)  # a (N,) target when N == C: broadcasting put it along the columns
         v = V(node, v.shape, (0,))
     if graph.mode == "row":  # the loss's rows and columns must be the trace's
         have = low.norm(node.level) if _FLAT in v.axes else low.norm(low.level(v.axes))
         if _FLAT in v.axes or have != low.norm(leaf.level) or low.norm(node.level) != have or (
-                leaf.level & COL and low.base[low.k] != 1 and (not v.axes or v.axes[-1] != low.k)):
+                leaf.level & COL and low.C != 1 and (not v.axes or v.axes[-1] != low.k)):
             raise _Unsupported(f"{graph.name} over a dimension that is not the last of the loss's input "
                                f"{list(low.base)} ({leaf.attr} of shape {list(v.shape)})", "")
     return node
@@ -1036,20 +1060,34 @@ def _class_axis(gm, base, last):
         shape = tuple(_hint(d) for d in x.meta["val"].shape)
         return len(shape) if len(shape) == len(base) or len(shape) >= 3 and shape[:2] == tuple(base[:2]) else 0
 
+    def per_sample(x, dims):  # over every dim after the batch: of the base's shape, or of its (N, -1) view
+        shape = tuple(_hint(d) for d in x.meta["val"].shape)
+        return (len(shape) == len(base) and dims == set(range(1, len(base)))
+                or shape == (base[0], math.prod(base[1:])) and dims == {1})
+
     seen = set()
     for n in gm.graph.nodes:
         pos = _ALONG.get(n.target)
-        if pos is not None and len(n.args) > pos and ranked(n.args[0]):
+        if pos is not None and len(n.args) > pos and per_sample(n.args[0], _dims(n.args[pos], n.args[0])):
+            seen.add("sample")
+        elif pos is not None and len(n.args) > pos and ranked(n.args[0]):
             nd = ranked(n.args[0])
-            dims = n.args[pos]
-            dims = {d % nd for d in ([dims] if isinstance(dims, int) else dims)}
+            dims = _dims(n.args[pos], n.args[0])
             rest = set(range(nd)) - dims
             if len(dims) == 1 or len(rest) == 1:  # along one dim, or over all but one (per-class sums)
                 seen.add(min(dims) if len(dims) == 1 else min(rest))
         elif n.target in (aten.permute.default,) and ranked(n.args[0]) == len(n.args[1]) >= 3 and (
                 n.args[1][-1] % len(n.args[1]) == 1):
             seen.add(1)  # the class dim moved last: a built-in cross-entropy's rows of C
+    if seen == {"sample"}:
+        return tuple(range(1, len(base)))
     return 1 if seen == {1} else last
+
+
+def _dims(dims, x):
+    """A reduction's `dim` argument as a set of non-negative dims of x."""
+    nd = len(x.meta["val"].shape)
+    return {d % nd for d in ([dims] if isinstance(dims, int) else dims)} if nd else set()
 
 
 def _decompositions():
@@ -1197,11 +1235,11 @@ def _lower(gm, tensors, cls, calls):
     uses_rows = any(n.level in (ROW, COL) or (n.op in PRIMS and PRIMS[n.op].group in ("reduce_row", "gather"))
                     or n.op == "iota" for n in order)
     base = low.base
-    C = base[low.k]
+    C = low.C
     numel = math.prod(base)
     R = numel // C if C else 0
     # channel-first unless the classes' elements are adjacent anyway (C = 1, or (N, C, 1..1): rows of C)
-    cf = low.k != len(base) - 1 and uses_rows and math.prod(base[low.k + 1:]) > 1 and C > 1
+    cf = low.K[-1] != len(base) - 1 and uses_rows and math.prod(base[low.k + 1:]) > 1 and C > 1
     if cf and level == ELEM:
         raise _Unsupported("a per-element result of a loss reduced along dim 1 (its rows are not contiguous)", "")
     if cf:

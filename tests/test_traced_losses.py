@@ -27,8 +27,7 @@ pytestmark = pytest.mark.filterwarnings("error:autogen:RuntimeWarning")
 EAGER = {
 }
 EAGER_MESSAGES = {"target of shape": "input 1 of shape", "requires grad": "requires grad", "slice": "slice",
-                  "whole-tensor reduction": "whole-tensor reduction", "reshape": "a reshape that moves data",
-                  "sum over": "a sum over dimensions"}
+                  "whole-tensor reduction": "whole-tensor reduction", "reshape": "a reshape that moves data"}
 
 def _plus(loss, x):
     """loss + 0.1 * other, `other` a mean of x * x down to the loss's shape (a whole-tensor mean beside a
@@ -441,7 +440,7 @@ def test_channel_first_reductions_fuse(name, monkeypatch):
 
 # -- views that merge or split whole dimensions of a (4, 3, 5) input: fused and exact, or eager with the reason --
 _W5 = torch.randn(5, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
-VIEWS = {  # name: (forward(self, x, t), None when it fuses, else the EAGER_MESSAGES key of its warning)
+VIEWS = {  # name: (forward(self, x, t), None when it fuses, else the EAGER_MESSAGES key of its warning); t (4, 3)
     "ce_on_merged_rows": (lambda self, x, t: TF.cross_entropy(x.reshape(-1, 5), t.reshape(-1)), None),
     "ce_none_on_merged_rows": (lambda self, x, t: TF.cross_entropy(x.reshape(-1, 5), t.reshape(-1), reduction="none"),
                                None),
@@ -450,7 +449,7 @@ VIEWS = {  # name: (forward(self, x, t), None when it fuses, else the EAGER_MESS
     "merge_then_split": (lambda self, x, t: x.view(4, 15).view(4, 3, 5).softmax(-1).pow(2).mean(), None),
     "merged_result": (lambda self, x, t: x.flatten(0, 1).tanh() * 2, None),
     "merged_minus_column_mean": (lambda self, x, t: (x.flatten(0, 1) - x.view(-1, 5).mean(0)).pow(2).mean(), None),
-    "sum_over_merged_inner": (lambda self, x, t: x.view(x.size(0), -1).sigmoid().sum(1).mean(), "sum over"),
+    "sum_over_merged_inner": (lambda self, x, t: x.view(x.size(0), -1).sigmoid().sum(1).mean(), None),  # per sample
     "regroup_across_axes": (lambda self, x, t: x.reshape(4, 5, 3).softmax(-1).pow(2).mean(), "reshape"),
     "split_of_the_batch": (lambda self, x, t: x.reshape(2, 2, 3, 5).softmax(-1).pow(2).mean(), "reshape"),
 }
@@ -464,3 +463,46 @@ def test_views_merging_dimensions(name, dtype):
     x = torch.randn(4, 3, 5, dtype=dtype, generator=gen).requires_grad_()
     t = torch.randint(0, 5, (4, 3), generator=gen)
     _compare(_module(f"view_{name}", fn, "alone"), [x, t], dtype, eager)
+
+
+# -- per-sample reductions: over every dim after the batch (rows of C*d1*..*dK), as segmentation losses write them --
+def _soft(x):
+    return torch.sigmoid(x)
+
+
+PER_SAMPLE = {  # name: forward(self, x, t), x and t of one shape (N, C, d1..) or (N, C, d)
+    "dice_over_dims": lambda self, x, t: (1 - (2 * (_soft(x) * t).sum(tuple(range(1, x.dim()))) + 1)
+                                          / ((_soft(x) + t).sum(tuple(range(1, x.dim()))) + 1)).mean(),
+    "dice_on_view": lambda self, x, t: (1 - (2 * (_soft(x).view(x.size(0), -1) * t.view(t.size(0), -1)).sum(1) + 1)
+                                        / (_soft(x).view(x.size(0), -1).sum(1) + t.reshape(t.size(0), -1).sum(1) + 1)
+                                        ).mean(),
+    "iou_flatten": lambda self, x, t: (1 - ((_soft(x) * t).flatten(1).sum(-1) + 1)
+                                       / ((_soft(x) + t - _soft(x) * t).flatten(1).sum(-1) + 1)).mean(),
+    "normalized_mse_per_sample": lambda self, x, t: (((x - t) ** 2).mean(tuple(range(1, x.dim())))
+                                                     / (t ** 2).mean(tuple(range(1, x.dim()))).clamp_min(1e-3)).mean(),
+    "centered_keepdim": lambda self, x, t: ((x - x.mean(tuple(range(-x.dim() + 1, 0)), keepdim=True)) ** 2 * t).sum(
+        tuple(range(1, x.dim()))).mean(),
+    "softmax_over_sample": lambda self, x, t: -(x.flatten(1).log_softmax(1) * t.flatten(1)).sum(1).mean()
+                                              + torch.logsumexp(x.flatten(1), 1).mean()
+                                              + x.amax(tuple(range(1, x.dim()))).sum(),
+    "per_sample_none": lambda self, x, t: ((x - t) ** 2).sum(tuple(range(1, x.dim()))),
+}
+
+
+@pytest.mark.parametrize("name", list(PER_SAMPLE))
+def test_per_sample_reductions_fuse(name, monkeypatch):
+    """Over every dim after the batch (dim=(1, 2, 3), or dim 1 of x.view(N, -1)): one row kernel forward and
+    backward with rows of C*H*W; batch 1, size-1 dims, rank 3 and 4; float32 and float64."""
+    from autogen import executor
+    modes = []
+    plan = executor.fused_plan
+    monkeypatch.setattr(executor, "fused_plan", lambda graph, *a: modes.append(graph.mode) or plan(graph, *a))
+    gen = torch.Generator().manual_seed(0)
+    for shape in [(4, 3, 5, 6), (2, 3, 1, 5), (1, 3, 2, 2), (5, 7, 2)]:
+        for dtype in (torch.float32, torch.float64):
+            x = (torch.randn(shape, dtype=dtype, generator=gen) * 2).requires_grad_()
+            t = torch.rand(shape, dtype=dtype, generator=gen)
+            modes.clear()
+            _compare(_module(f"sample_{name}", PER_SAMPLE[name], "alone"), [x, t], dtype)
+            # one sample: its sums are sums of everything (a flat kernel, or rows where a softmax needs them)
+            assert set(modes) == {"row"} if shape[0] > 1 else len(set(modes)) == 1, (shape, modes)
