@@ -1053,9 +1053,7 @@ _ALONG = {aten._softmax.default: 1, aten._log_softmax.default: 1, aten.logsumexp
 def _class_axis(gm, base, last):
     """The trace's column axis: 1 for a (N, C, d1..dK) base whose reductions along one dim (or over all but
     one) all take dim 1 (softmax(dim=1), per-class sums over dim=(0, 2, 3), a cross-entropy's movedim(1, -1)),
-    else the last."""
-    if len(base) < 3:
-        return last
+    likewise any other one dim, every dim after the batch (a tuple: per-sample sums), else the last."""
     def ranked(x):  # the rank of a value of the base's own shape, or of a view merging its inner dims
         shape = tuple(_hint(d) for d in x.meta["val"].shape)
         return len(shape) if len(shape) == len(base) or len(shape) >= 3 and shape[:2] == tuple(base[:2]) else 0
@@ -1065,10 +1063,10 @@ def _class_axis(gm, base, last):
         return (len(shape) == len(base) and dims == set(range(1, len(base)))
                 or shape == (base[0], math.prod(base[1:])) and dims == {1})
 
-    seen = set()
+    seen, not_sums = set(), set()
     for n in gm.graph.nodes:
         pos = _ALONG.get(n.target)
-        if pos is not None and len(n.args) > pos and per_sample(n.args[0], _dims(n.args[pos], n.args[0])):
+        if pos is not None and len(n.args) > pos and len(base) >= 3 and per_sample(n.args[0], _dims(n.args[pos], n.args[0])):
             seen.add("sample")
         elif pos is not None and len(n.args) > pos and ranked(n.args[0]):
             nd = ranked(n.args[0])
@@ -1076,12 +1074,17 @@ def _class_axis(gm, base, last):
             rest = set(range(nd)) - dims
             if len(dims) == 1 or len(rest) == 1:  # along one dim, or over all but one (per-class sums)
                 seen.add(min(dims) if len(dims) == 1 else min(rest))
+                if len(dims) == 1 and n.target not in (aten.sum.dim_IntList, aten.mean.dim):
+                    not_sums.add(min(dims))
         elif n.target in (aten.permute.default,) and ranked(n.args[0]) == len(n.args[1]) >= 3 and (
                 n.args[1][-1] % len(n.args[1]) == 1):
             seen.add(1)  # the class dim moved last: a built-in cross-entropy's rows of C
     if seen == {"sample"}:
         return tuple(range(1, len(base)))
-    return 1 if seen == {1} else last
+    if len(seen) == 1 and type(j := next(iter(seen))) is int and (0 < j or j in not_sums or len(base) > 2):
+        return j  # along one middle dim, read in place: (outer, C, inner) rows as in the channel-first layout;
+        # dim 0 of a matrix only for a max or softmax (its sums alone are sum_col's, in one row pass)
+    return last
 
 
 def _dims(dims, x):

@@ -506,3 +506,38 @@ def test_per_sample_reductions_fuse(name, monkeypatch):
             _compare(_module(f"sample_{name}", PER_SAMPLE[name], "alone"), [x, t], dtype)
             # one sample: its sums are sums of everything (a flat kernel, or rows where a softmax needs them)
             assert set(modes) == {"row"} if shape[0] > 1 else len(set(modes)) == 1, (shape, modes)
+
+
+# -- reductions along any one dim: (outer, C, inner) rows read in place, as the channel-first layout reads dim 1 --
+ANY_DIM = {  # name: (forward(self, x, t), shapes, the kernel mode at each shape)
+    "log_softmax_dim2": (lambda self, x, t: -(x.log_softmax(2) * t).sum(2).mean(), [(3, 4, 5, 6), (2, 3, 7)],
+                         ["cf", "row"]),
+    "amax_dim0": (lambda self, x, t: (x - x.amax(0)).exp().mean() + (x * t).sum(), [(5, 7), (4, 3, 5)], ["cf", "cf"]),
+    "softmax_dim0": (lambda self, x, t: (x.softmax(0) * t).sum(), [(5, 7), (4, 3, 5)], ["cf", "cf"]),
+    "logsumexp_dim0": (lambda self, x, t: torch.logsumexp(x, 0).mean() - (x * t).mean(), [(5, 7), (4, 3, 5), (6, 1)],
+                       ["cf", "cf", "flat"]),
+    "sum_dim0": (lambda self, x, t: (x.sigmoid() / (t.sum(0) + 1)).mean(), [(5, 7), (4, 3, 5)], ["row", "cf"]),
+    "logsumexp_and_mean_dim_minus2": (lambda self, x, t: torch.logsumexp(x, -2).pow(2).mean() + x.mean(-2).sum(),
+                                      [(3, 4, 5), (2, 3, 1, 4)], ["cf", "flat"]),
+    "amax_dim1_keepdim": (lambda self, x, t: ((x - x.amax(1, keepdim=True)) ** 2 * t).mean(), [(3, 4, 5), (2, 1, 6)],
+                          ["cf", "flat"]),
+}
+
+
+@pytest.mark.parametrize("name", list(ANY_DIM))
+def test_reductions_along_any_one_dim(name, monkeypatch):
+    """softmax, log_softmax, logsumexp, amax, sum and mean along dim 0, a middle dim or -2 (negative dims), with
+    keepdim; size-1 dims; float32 and float64 against eager, the kernel's layout asserted."""
+    from autogen import executor
+    modes = []
+    plan = executor.fused_plan
+    monkeypatch.setattr(executor, "fused_plan", lambda graph, *a: modes.append(graph.mode) or plan(graph, *a))
+    fn, shapes, want = ANY_DIM[name]
+    gen = torch.Generator().manual_seed(2)
+    for shape, mode in zip(shapes, want):
+        for dtype in (torch.float32, torch.float64):
+            x = (torch.randn(shape, dtype=dtype, generator=gen) * 2).requires_grad_()
+            t = torch.rand(shape, dtype=dtype, generator=gen)
+            modes.clear()
+            _compare(_module(f"dim_{name}", fn, "alone"), [x, t], dtype)
+            assert set(modes) == {mode}, (shape, modes)
