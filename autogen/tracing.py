@@ -1411,7 +1411,7 @@ def autogen_loss(cls=None, *, strict=None):
             return forward(self, *args, **kwargs)
         if _ops.compiling():  # one autogen::call, which reads the policy when it runs (Dynamo's guards do
             return _ops.module_call(self, forward, args, kwargs)  # not see the thread's policy() blocks)
-        if get_policy() == "disabled":
+        if get_policy() == "disabled" or tracing():  # inside another @autogen_loss's trace: part of its graph
             return forward(self, *args, **kwargs)
         if kwargs or not args or not all(isinstance(a, torch.Tensor) for a in args):
             return _eager(self, forward, args, kwargs, cls, "keyword or non-tensor arguments", "", strict)

@@ -541,3 +541,31 @@ def test_reductions_along_any_one_dim(name, monkeypatch):
             modes.clear()
             _compare(_module(f"dim_{name}", fn, "alone"), [x, t], dtype)
             assert set(modes) == {mode}, (shape, modes)
+
+
+# -- @autogen_loss modules inside another's trace: part of its graph (were: an unhashable SymInt, eager) --------
+def _composed(kind):
+    from autogen import corpus
+    if kind in ("inner_module", "inner_module_eager"):  # a decorated loss held by a decorated loss
+        def __init__(self):
+            torch.nn.Module.__init__(self)
+            self.dice = corpus.SoftDice(use_autogen=kind == "inner_module")
+        fwd = lambda self, x, t: self.dice(x, t) + TF.binary_cross_entropy_with_logits(x, t)  # noqa: E731
+        made = type("Composed", (torch.nn.Module,), {"__init__": __init__, "forward": fwd})
+        return autogen_loss(made) if kind == "inner_module" else made
+    if kind == "decorated_twice":
+        return autogen_loss(corpus.SoftDice)
+    # a subclass of a decorated loss, decorated again
+    return autogen_loss(type("SubDice", (corpus.SoftDice,), {"forward": lambda self, x, t: 2 * super(
+        type(self), self).forward(x, t)}))
+
+
+@pytest.mark.parametrize("kind", ["inner_module", "decorated_twice", "subclass"])
+def test_a_decorated_loss_inside_another_trace(kind):
+    """The inner module's forward is traced into the outer graph: one kernel, torch's numbers (the reference is
+    torch alone: the inner loss without use_autogen)."""
+    cls = _composed(kind)
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(6, 9, dtype=torch.float64, generator=gen).requires_grad_()
+    t = torch.randint(0, 2, (6, 9), generator=gen).double()
+    _compare(cls, [x, t], torch.float64, ref_cls=_composed("inner_module_eager") if kind == "inner_module" else None)
