@@ -33,7 +33,7 @@ _MATHLIB = hashlib.sha1(b"".join(resources.files("autogen").joinpath(f).read_byt
                                   for f in ("mathlib.py", "specfun.py"))).hexdigest()[:12]
 
 
-_CODEGEN_REV = "4"  # part of every kernel's key: bump when the same graph renders differently
+_CODEGEN_REV = "5"  # part of every kernel's key: bump when the same graph renders differently
 _STASH_COST = 20  # a value this costly per element (one polynomial function) is stashed, not recomputed
 _COL_CHUNKS = 64  # chunks of rows a sum over the rows is split into (a float64 row of partials each)
 
@@ -176,8 +176,9 @@ def render(spec, cache=True, parallel=False):
     passes = []
     loop = "__nb.prange" if parallel else "range"
     for p in sched.passes:
-        body = _render_pass(spec, p, sched.depth, lanes, idx, line, part_index, cf)
+        body = _render_pass(spec, p, p.depth, lanes, idx, line, part_index, cf)
         before, fold = scalar_lines(p.scalars), []
+        before += [f"__row{idx[n.digest]} = __np.empty(__R, {_DTYPES[n.kind]})" for n in p.stores]
         if cf and p.index == 0:  # lanes per block: the block's C x lanes elements about fit in L1
             before = ["__I = p___inner", f"__B = min(__I, max({_LANES_MIN}, min({_LANES_MAX}, {_BLOCK_ELEMS} // max(__C, 1))))",
                       "__NI = (__I + __B - 1) // __B if __B else 0", "__NQ = __R // __I * __NI if __I else 0"] + before
@@ -255,8 +256,9 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False):
             loop(depth[arg.digest])["sinks"].append((arg, f"__s{k} += {names[arg.digest]}"))
         else:
             loop(depth[arg.digest])["sinks"].append((arg, f"__c{k}[__b, __j] += {names[arg.digest]}"))
-    reductions = sorted([n for n in p.nodes if _group(n) == "reduce_row"] + [n for n in p.reduces if not _per_col(n)],
-                        key=lambda n: idx[n.digest])
+    loaded = {n.digest for n in p.loads}
+    reductions = sorted([n for n in p.nodes if _group(n) == "reduce_row" and n.digest not in loaded]
+                        + [n for n in p.reduces if not _per_col(n)], key=lambda n: idx[n.digest])
     for n in reductions:
         group = _group(n)
         arg = n.args[0]
@@ -301,6 +303,7 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False):
                 loop(depth[n.digest])["sinks"].append((n, f"__o{j}{E} = {_narrow(spec, j, names[n.digest])}"))
         else:
             row_end.append(f"out_{j}[{R}] = {names[n.digest]}")
+    row_end += [f"__row{idx[n.digest]}[{R}] = {names[n.digest]}" for n in p.stores]  # for a later pass
 
     def closure(sinks, stops=()):
         """Digests of the per-element values a loop computes for its sinks (`stops` are loaded, not computed)."""
@@ -369,6 +372,9 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False):
         if n.level != ROW or inline(n):
             continue
         arrays[f"v{idx[n.digest]}"] = _DTYPES[n.kind]
+        if n.digest in loaded:  # kept by an earlier pass
+            first.append(f"{names[n.digest]} = __row{idx[n.digest]}[{R}]")
+            continue
         if _group(n) == "reduce_row":
             continue
         d = depth[n.digest]

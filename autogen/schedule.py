@@ -6,7 +6,8 @@ runs in pass s, a whole-tensor reduction of a stage-s value writes one partial p
 the partials are folded in row order (float64) after that pass, so results do not depend on the thread
 count. A sum over the rows (dim 0: a per-column value) is accumulated per fixed chunk of rows in its
 pass and the chunks folded in order after it. Scalar arithmetic on the folded sums runs between passes. A per-element value a later pass
-needs again is recomputed there (not stored): a pass re-reads its inputs. Within a pass, row
+needs again is recomputed there (not stored): a pass re-reads its inputs. A per-row value (softmax's max
+and log-sum) a later pass needs again is kept, R values, and read there: its loops over the row are not redone. Within a pass, row
 reductions (softmax's max and sum) nest as loops over the row: a value's depth (codegen renders them).
 """
 from dataclasses import dataclass, field
@@ -59,12 +60,13 @@ def stages(order, late):
     return stage
 
 
-def depths(order):
-    """digest -> how many nested row reductions a value waits on within its pass (0: none)."""
+def depths(order, loaded=()):
+    """digest -> how many nested row reductions a value waits on within its pass (0: none; `loaded`: per-row
+    values read from an earlier pass)."""
     depth = {}
     for n in order:
         g = group(n)
-        if g in ("reduce_all", "reduce_col"):  # known before the pass that reads it
+        if g in ("reduce_all", "reduce_col") or n.digest in loaded:  # known before the pass that reads it
             depth[n.digest] = 0
         elif g == "reduce_row":
             depth[n.digest] = depth[n.args[0].digest] + 1
@@ -85,6 +87,9 @@ class Pass:
     col_reduces: list = field(default_factory=list)  # sums over the rows it accumulates (per chunk of rows)
     writes: list = field(default_factory=list)   # indices of the outputs it writes
     reads: list = field(default_factory=list)    # names of the inputs it reads
+    stores: list = field(default_factory=list)   # per-row values it keeps for a later pass (one array of R)
+    loads: list = field(default_factory=list)    # per-row values an earlier pass kept: read, not recomputed
+    depth: dict = None                           # the row-reduction depth of its values (loads are 0)
 
 
 @dataclass
@@ -108,11 +113,15 @@ class Schedule:
             if p.scalars:
                 parts[0] += " first the scalars " + ", ".join(names[n.digest] for n in p.scalars) + ";"
             parts[0] += f" reads {', '.join(p.reads) or 'nothing'}"
+            if p.loads:
+                parts[0] += " and the per-row " + ", ".join(names[n.digest] for n in p.loads)
             if p.reduces or p.col_reduces:
                 parts.append("reduces " + ", ".join(f"{names[n.digest]} = {n.op}({names[n.args[0].digest]})"
                                                     for n in p.reduces + p.col_reduces))
             if p.writes:
                 parts.append("writes " + ", ".join(outs[j] for j in p.writes))
+            if p.stores:
+                parts.append("keeps per row " + ", ".join(names[n.digest] for n in p.stores))
             lines.append("; ".join(parts))
         if self.scalar_outputs or self.post:
             scalars = "the scalars " + ", ".join(names[n.digest] for n in self.post) + "; " if self.post else ""
@@ -147,16 +156,28 @@ def build(spec):
             prelude.append(n)
         s = stage[n.digest]
         (passes[s].scalars if s < count else post).append(n)
+    done = {}  # digest -> the earlier pass that computed a per-row value
     for p in passes:
-        need, stack = set(), list(sinks.get(p.index, []))
+        need, stack, loads = set(), list(sinks.get(p.index, [])), {}
         while stack:  # the non-scalar values the pass's sinks are made of (scalars are known before it)
             n = stack.pop()
             if n.level == SCALAR or n.digest in need:
                 continue
             need.add(n.digest)
+            if n.level == ROW and not _inline(n) and n.digest in done:
+                loads[n.digest] = done[n.digest]  # R values kept by the earlier pass: its row loops not redone
+                continue
             if group(n) != "reduce_col":  # a sum over the rows is read from its pass's result
                 stack.extend(n.args[:1] if group(n) == "identity" else n.args)
         p.nodes = [n for n in order if n.digest in need]
+        p.loads = [n for n in p.nodes if n.digest in loads]
+        for n in p.loads:
+            if n not in passes[loads[n.digest]].stores:
+                passes[loads[n.digest]].stores.append(n)
+        for n in p.nodes:
+            if n.level == ROW and not _inline(n):
+                done.setdefault(n.digest, p.index)
+        p.depth = depths(order, {n.digest for n in p.loads})
         p.reduces = [n for n in late_sums if stage[n.args[0].digest] == p.index]
         p.col_reduces = [n for n in col_sums if stage[n.args[0].digest] == p.index]
         p.reads = sorted({n.attr for n in p.nodes if n.op == "input"})

@@ -87,6 +87,24 @@ def test_dice_is_two_passes_then_the_loss():
     assert sched.passes[0].reads == sched.passes[1].reads == ["t", "x"]
 
 
+@pytest.mark.parametrize("layout", ["row", "cf"])
+def test_a_later_pass_reads_the_row_statistics_it_kept(layout):
+    """A softmax whose per-class sums feed the gradient: pass 0 computes the rows' max and log-sum and keeps
+    them (R values), pass 1 reads them instead of running its own loops over each row for them."""
+    x, t = inp("x", ELEM), inp("t", ELEM)
+    m = A("detach", A("max_row", x))
+    lse = A("log", A("sum_row", A("exp", x - m)))
+    p = A("exp", x - m - lse)
+    loss = A("sum_all", A("sum_col", p * t) / (A("sum_col", p + t) + 1.0))
+    (grad,) = executor.vjp([loss], [const(1.0)], [x])
+    spec = KernelSpec([(loss, SCALAR), (grad, ELEM)], "float64", "stats", layout=layout)
+    first, second = schedule.build(spec).passes
+    kept = {n.op for n in first.stores}
+    assert {"max_row", "log"} <= kept and first.stores == second.loads
+    assert not [n for n in second.nodes if n.op in ("max_row", "sum_row") and n not in second.loads]  # not redone
+    assert "keeps per row" in " ".join(schedule.build(spec).describe(spec))
+
+
 def test_explain_prints_the_passes():
     args = make("binary", torch.float64, 12, 9)
     args[0].requires_grad_()
