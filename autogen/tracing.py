@@ -1243,8 +1243,6 @@ def _lower(gm, tensors, cls, calls):
     R = numel // C if C else 0
     # channel-first unless the classes' elements are adjacent anyway (C = 1, or (N, C, 1..1): rows of C)
     cf = low.K[-1] != len(base) - 1 and uses_rows and math.prod(base[low.k + 1:]) > 1 and C > 1
-    if cf and level == ELEM:
-        raise _Unsupported("a per-element result of a loss reduced along dim 1 (its rows are not contiguous)", "")
     if cf:
         low.params["__inner"] = math.prod(base[low.k + 1:])
     used = {n.digest for n in order}

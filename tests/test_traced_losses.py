@@ -521,6 +521,10 @@ ANY_DIM = {  # name: (forward(self, x, t), shapes, the kernel mode at each shape
                                       [(3, 4, 5), (2, 3, 1, 4)], ["cf", "flat"]),
     "amax_dim1_keepdim": (lambda self, x, t: ((x - x.amax(1, keepdim=True)) ** 2 * t).mean(), [(3, 4, 5), (2, 1, 6)],
                           ["cf", "flat"]),
+    # per-element results (reduction='none' style): written in the input's own order
+    "softmax_dim1_per_element": (lambda self, x, t: x.softmax(1) * t, [(3, 4, 5, 6), (2, 5, 1, 3)], ["cf", "cf"]),
+    "amax_dim0_per_element": (lambda self, x, t: (x - x.amax(0)) ** 2, [(5, 7), (4, 3, 5)], ["cf", "cf"]),
+    "normalized_per_element": (lambda self, x, t: x.softmax(1) * t / (x.softmax(1) * t).sum(), [(3, 4, 5, 6)], ["cf"]),
 }
 
 
