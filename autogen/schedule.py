@@ -99,7 +99,6 @@ class Schedule:
     post: list              # scalar values (and folds) after the last pass
     scalar_outputs: list    # indices of outputs written at the end
     stage: dict
-    depth: dict
 
     def describe(self, spec):
         """One line per pass: what it reads, computes, reduces and writes."""
@@ -137,7 +136,7 @@ def _inline(n):
 def build(spec):
     """The passes of `spec`'s kernel: a pass per stage of its per-element work."""
     order, late = spec.order, spec.late
-    stage, depth = stages(order, late), depths(order)
+    stage = stages(order, late)
     sinks = {}  # pass -> nodes it must produce
     for j, (n, level) in enumerate(spec.outputs):
         if level != SCALAR:
@@ -185,4 +184,4 @@ def build(spec):
         if level != SCALAR:
             passes[stage[n.digest]].writes.append(j)
     scalar_outputs = [j for j, (n, level) in enumerate(spec.outputs) if level == SCALAR]
-    return Schedule(prelude, passes, post, scalar_outputs, stage, depth)
+    return Schedule(prelude, passes, post, scalar_outputs, stage)

@@ -374,10 +374,9 @@ class _Lowering:
             it = iter(a for _, a in src)
             return V(x.node, shape, tuple(next(it) if s != 1 else None for s in shape), x.over)
         x = self.arg(n.args[0])  # anything else moves elements: not of a materialized broadcast
-        if len(self.K) > 1 and _FLAT not in x.axes:  # rows of samples: (1, -1) of a batch of one keeps its columns
-            axes = self._regrouped(x, shape)
-            if axes is not None:
-                return V(x.node, shape, axes)
+        regrouped = None if _FLAT in x.axes else self._regrouped(x, shape)
+        if regrouped is not None and len(self.K) > 1:  # rows of samples: (1, -1) of a batch of one keeps its columns
+            return V(x.node, shape, regrouped)
         full = tuple(a for a in range(len(self.base)) if self.base[a] != 1)
         if len(dst) == 1 and tuple(a for _, a in src) in (full, (_FLAT,)):
             return V(x.node, shape, tuple(_FLAT if s != 1 else None for s in shape))
@@ -385,10 +384,8 @@ class _Lowering:
             axes = self._aligned_axes(shape)
             if axes is not None and self.level(axes) == ELEM:
                 return V(x.node, shape, axes)
-        else:
-            axes = self._regrouped(x, shape)
-            if axes is not None:
-                return V(x.node, shape, axes)
+        elif regrouped is not None:
+            return V(x.node, shape, regrouped)
         raise _Unsupported("a reshape that moves data between dimensions", "")
 
     def _regrouped(self, x, shape):
@@ -1054,29 +1051,30 @@ def _class_axis(gm, base, last):
     """The trace's column axis: 1 for a (N, C, d1..dK) base whose reductions along one dim (or over all but
     one) all take dim 1 (softmax(dim=1), per-class sums over dim=(0, 2, 3), a cross-entropy's movedim(1, -1)),
     likewise any other one dim, every dim after the batch (a tuple: per-sample sums), else the last."""
-    def ranked(x):  # the rank of a value of the base's own shape, or of a view merging its inner dims
-        shape = tuple(_hint(d) for d in x.meta["val"].shape)
+    def ranked(shape):  # the rank of a value of the base's own shape, or of a view merging its inner dims
         return len(shape) if len(shape) == len(base) or len(shape) >= 3 and shape[:2] == tuple(base[:2]) else 0
 
-    def per_sample(x, dims):  # over every dim after the batch: of the base's shape, or of its (N, -1) view
-        shape = tuple(_hint(d) for d in x.meta["val"].shape)
-        return (len(shape) == len(base) and dims == set(range(1, len(base)))
-                or shape == (base[0], math.prod(base[1:])) and dims == {1})
+    def per_sample(shape, dims):  # over every dim after the batch: of the base's shape, or of its (N, -1) view
+        return len(base) >= 3 and (len(shape) == len(base) and dims == set(range(1, len(base)))
+                                   or shape == (base[0], math.prod(base[1:])) and dims == {1})
 
     seen, not_sums = set(), set()
     for n in gm.graph.nodes:
         pos = _ALONG.get(n.target)
-        if pos is not None and len(n.args) > pos and len(base) >= 3 and per_sample(n.args[0], _dims(n.args[pos], n.args[0])):
-            seen.add("sample")
-        elif pos is not None and len(n.args) > pos and ranked(n.args[0]):
-            nd = ranked(n.args[0])
-            dims = _dims(n.args[pos], n.args[0])
-            rest = set(range(nd)) - dims
-            if len(dims) == 1 or len(rest) == 1:  # along one dim, or over all but one (per-class sums)
-                seen.add(min(dims) if len(dims) == 1 else min(rest))
-                if len(dims) == 1 and n.target not in (aten.sum.dim_IntList, aten.mean.dim):
-                    not_sums.add(min(dims))
-        elif n.target in (aten.permute.default,) and ranked(n.args[0]) == len(n.args[1]) >= 3 and (
+        if pos is not None and len(n.args) > pos:
+            shape = _shape(n.args[0])
+            dims = {d % len(shape) for d in ([n.args[pos]] if isinstance(n.args[pos], int) else n.args[pos])} \
+                if shape else set()
+            nd = ranked(shape)
+            if per_sample(shape, dims):
+                seen.add("sample")
+            elif nd:
+                rest = set(range(nd)) - dims
+                if len(dims) == 1 or len(rest) == 1:  # along one dim, or over all but one (per-class sums)
+                    seen.add(min(dims) if len(dims) == 1 else min(rest))
+                    if len(dims) == 1 and n.target not in (aten.sum.dim_IntList, aten.mean.dim):
+                        not_sums.add(min(dims))
+        elif n.target in (aten.permute.default,) and ranked(_shape(n.args[0])) == len(n.args[1]) >= 3 and (
                 n.args[1][-1] % len(n.args[1]) == 1):
             seen.add(1)  # the class dim moved last: a built-in cross-entropy's rows of C
     if seen == {"sample"}:
@@ -1087,10 +1085,9 @@ def _class_axis(gm, base, last):
     return last
 
 
-def _dims(dims, x):
-    """A reduction's `dim` argument as a set of non-negative dims of x."""
-    nd = len(x.meta["val"].shape)
-    return {d % nd for d in ([dims] if isinstance(dims, int) else dims)} if nd else set()
+def _shape(x):
+    """The example shape of a traced value, as ints."""
+    return tuple(_hint(d) for d in x.meta["val"].shape)
 
 
 def _decompositions():
