@@ -16,7 +16,7 @@ from . import decompositions as D
 from . import inline
 from . import ops as _ops
 from .codegen import _ENV
-from .executor import Problem, _transformed, execute, handwritten_for
+from .executor import Problem, _transformed, contiguous as _contiguous, execute, handwritten_for
 from .policies import _local as _state, calm, get_policy, note, recording
 
 LOSSES = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
@@ -232,7 +232,7 @@ def _canon(t, dtype):
     if t.dtype == dtype and t.is_contiguous():
         return t
     out = t.to(dtype) if t.dtype != dtype else t
-    out = out if out.is_contiguous() else out.contiguous()
+    out = _contiguous(out)
     out._autogen_src = t
     return out
 

@@ -31,7 +31,7 @@ from . import decompositions as D
 from . import inline
 from . import ops as _ops
 from .errors import AutogenError, CompileError, TracingError, UnsupportedOpError
-from .executor import LossGraph, Problem, execute
+from .executor import LossGraph, Problem, contiguous as _contiguous, execute
 from .functional import _compute_dtype, broadcast_shapes
 from .ir import COL, ELEM, ROW, SCALAR, Node, apply as A, const, input as inp, iota, param, toposort
 from .policies import get_policy, get_strict, tracing, tracing_scope, unrecorded
@@ -1316,7 +1316,7 @@ def _run(traced, tensors):
         if node.kind == "f" and t.dtype is not cdt:
             t = t if cdt is torch.float32 and t.dtype in (torch.bfloat16, torch.float16) else t.to(cdt)  # read 16 bits
         t = _expanded(t, how, traced.base)
-        t = t if t.is_contiguous() else t.contiguous()
+        t = _contiguous(t)
         if t is not tensors[i]:  # a copy remembers its source, whose in-place changes torch would see
             t._autogen_src = tensors[i]
         args.append(t)

@@ -10,7 +10,7 @@ import torch
 import autogen
 from autogen import compiler, executor, schedule
 from autogen.codegen import KernelSpec
-from autogen.corpus import PASSES, SoftDice, make
+from autogen.corpus import CORPUS, PASSES, SoftDice, make
 from autogen.ir import ELEM, ROW, SCALAR, apply as A, const, input as inp
 from cases import tolerances
 
@@ -150,3 +150,42 @@ def test_multiclass_dice_channel_first_sizes(shape):
     from autogen.corpus import CORPUS
     entry = next(e for e in CORPUS if e.cls.__name__ == "MultiClassDice")
     _run(entry, make(entry.kind, torch.float64, *shape), torch.float64)
+
+
+# executor.contiguous: a batched transpose of contiguous memory (a channels-last tensor read channel-first)
+# copied by tiles on our threads; any other layout by torch. Large enough for the tiled path.
+TRANSPOSES = [
+    ("one_hot channel-first", lambda: torch.nn.functional.one_hot(torch.randint(0, 64, (2, 48, 57)), 64)
+     .movedim(-1, 1).double(), True),
+    ("NHWC as NCHW", lambda: torch.randn(3, 35, 41, 67).permute(0, 3, 1, 2), True),
+    ("matrix .t()", lambda: torch.randn(517, 603).t(), True),
+    ("size-1 dims", lambda: torch.randn(5, 1, 173, 307).permute(0, 3, 1, 2), True),
+    ("bfloat16", lambda: torch.randn(2, 300, 499).to(torch.bfloat16).transpose(1, 2), True),
+    ("bool", lambda: (torch.randn(611, 433) > 0).t(), True),
+    ("batch moved", lambda: torch.randn(70, 19, 211).transpose(0, 1), False),  # P X Z from X P Z: torch
+    ("strided slice", lambda: torch.randn(96, 96, 80)[:, :, ::2], False),
+]
+
+
+@pytest.mark.parametrize("make_t,tiled", [c[1:] for c in TRANSPOSES], ids=[c[0] for c in TRANSPOSES])
+def test_transposed_copy_matches_torch(make_t, tiled):
+    t = make_t()
+    assert t.numel() >= executor._POOL_MIN // 4 and not t.is_contiguous()
+    assert (executor._batched_transpose(t) is not None) == tiled
+    out = executor.contiguous(t)
+    assert out.is_contiguous() and out.dtype == t.dtype and torch.equal(out, t)
+    if t.is_floating_point():  # the gradient reaches the strided input unchanged
+        x = t.detach().double().requires_grad_() if not tiled else t.detach().requires_grad_()
+        g = torch.randn(x.shape, dtype=x.dtype)
+        executor.contiguous(x).backward(g)
+        assert torch.equal(x.grad, g)
+
+
+def test_channels_last_inputs_fuse_and_match():
+    """MultiClassDice on channels-last logits (differentiated) and a one-hot made by movedim: both copied by
+    the tiled transpose, values and gradients against eager."""
+    entry = next(e for e in CORPUS if e.cls.__name__ == "MultiClassDice")
+    x = torch.randn(2, 64, 48, 43, dtype=torch.float64).permute(0, 3, 1, 2)
+    onehot = torch.nn.functional.one_hot(torch.randint(0, 43, (2, 64, 48)), 43).movedim(-1, 1).double()
+    assert executor._batched_transpose(x) is not None and executor._batched_transpose(onehot) is not None
+    _run(entry, [x, onehot], torch.float64)
