@@ -33,7 +33,7 @@ _MATHLIB = hashlib.sha1(b"".join(resources.files("autogen").joinpath(f).read_byt
                                   for f in ("mathlib.py", "specfun.py"))).hexdigest()[:12]
 
 
-_CODEGEN_REV = "5"  # part of every kernel's key: bump when the same graph renders differently
+_CODEGEN_REV = "7"  # part of every kernel's key: bump when the same graph renders differently
 _STASH_COST = 20  # a value this costly per element (one polynomial function) is stashed, not recomputed
 _COL_CHUNKS = 64  # chunks of rows a sum over the rows is split into (a float64 row of partials each)
 
@@ -209,9 +209,10 @@ def render(spec, cache=True, parallel=False):
 
 
 # channel-first blocks: lanes (rows contiguous in inner) per block, from C; a block of C x lanes elements
-# is re-read by each loop over the row, so it should stay in L2 (128 KB in float32), and under 64 lanes
-# each class's loop is too short to pay for its setup (measured with C = 512 and 1000)
-_LANES_MIN, _LANES_MAX, _BLOCK_ELEMS = 64, 512, 32768
+# is re-read by each loop over the row, so it should stay in L2 (128 KB in float32), and under 128 lanes
+# each class's loop is too short to pay for its setup (MultiClassDice at C = 256-2048: 64 lanes took
+# 1.1-1.3x the time of 128)
+_LANES_MIN, _LANES_MAX, _BLOCK_ELEMS = 128, 512, 32768
 _DTYPES = {"f": "__F", "i": "__np.int64", "b": "__np.bool_"}
 
 
@@ -347,6 +348,30 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False):
             loops[a]["sinks"].append((order[idx[d]], f"__o{j}{E} = {names[d]}"))
             loads[b][d] = f"{names[d]} = __o{j}{E}"
             needs[b] = closure(sinks_b, set(loads[b]))
+    # channel-first, with no output row left to stash in (a pass that writes none, or a second value):
+    # a scratch block of C x lanes per thread (softmax's exp, summed in one loop, normalized in the next)
+    scratch = {}
+    for b in keys if cf else ():
+        sinks_b = [m for m, _ in loops[b]["sinks"]]
+        while True:
+            best = None
+            for d in sorted(needs[b]):
+                m = order[idx[d]]
+                homes = [key for key in keys if key < b and d in needs[key] and d not in loads[key]]
+                if m.kind != "f" or d in loads[b] or not homes:
+                    continue
+                saved = cost((needs[b] - closure(sinks_b, set(loads[b]) | {d})) | {d})
+                if saved >= _STASH_COST and (best is None or saved > best[0]):
+                    best = (saved, d, homes[-1])
+            if best is None:
+                break
+            _, d, a = best
+            t = f"__t{idx[d]}"
+            if d not in scratch:
+                scratch[d] = t
+                loops[a]["sinks"].append((order[idx[d]], f"{t}[__j * __B + __l] = {names[d]}"))
+            loads[b][d] = f"{names[d]} = {t}[__j * __B + __l]"
+            needs[b] = closure(sinks_b, set(loads[b]))
     for key, lp in loops.items():  # each loop's values in graph order
         lp["body"] = [loads[key].get(n.digest) or line(n) for n in order if n.digest in needs[key]] \
             + [s for _, s in lp["sinks"]]
@@ -367,7 +392,17 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False):
         row_begin += [f"__e_{a} = in_{a}[__start:__end]" for a in elem_in]
         row_begin += [f"__o{j} = out_{j}[__start:__end]" for j in elem_out]
         head = ["for __j in range(__end - __start):"]
-    first = []
+    first, late, deferred = [], [], set()
+    # channel-first: a gather of the block's own elements (cross-entropy's x[target]) waits until the first
+    # loop has brought the block into cache, where no loop of that depth reads it (before, it missed per lane)
+    read0 = None
+    if cf and any(key[0] == 0 for key in keys):  # what the first loops read, through inlined expressions
+        read0, stack = set(), [a for key in keys if key[0] == 0 for d in needs[key] for a in order[idx[d]].args]
+        while stack:
+            a = stack.pop()
+            if a.digest not in read0:
+                read0.add(a.digest)
+                stack.extend(a.args if inline(a) else ())
     for n in p.nodes:
         if n.level != ROW or inline(n):
             continue
@@ -378,10 +413,18 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False):
         if _group(n) == "reduce_row":
             continue
         d = depth[n.digest]
+        if cf and d == 0 and read0 is not None and n.digest not in read0 and (
+                _group(n) == "gather" or any(a.digest in deferred for a in n.args)):
+            deferred.add(n.digest)
+            late.append(line(n))
+            continue
         (first if d == 0 else after.setdefault(d - 1, [])).append(line(n))
+    if late:
+        after[0] = late + after.get(0, [])
     out = _loops(loops, after, nloops)
     if cf:
         allocs = [f"{a} = __np.empty(__B, {t})" for a, t in sorted(arrays.items())]
+        allocs += [f"{t} = __np.empty(__B * __C, __F)" for t in sorted(scratch.values())]
         row_begin += _lanes(first)
         row_end = _lanes(row_end)
         for lp in out:

@@ -208,6 +208,8 @@ def contiguous(t):
     threads, where torch's strided copy is several times slower."""
     if t.is_contiguous():
         return t
+    if not isinstance(t.numel(), int) or isinstance(t, torch._subclasses.FakeTensor):  # a trace: torch's op
+        return t.contiguous()
     pxy = _batched_transpose(t) if t.numel() >= _POOL_MIN // 4 and t.element_size() in _INT_OF else None
     if pxy is None or min(pxy[1:]) < _TILE or t.is_complex() or t.device.type != "cpu":
         return t.contiguous()

@@ -754,9 +754,10 @@ def _softmax(low, n, x, dim, half_to_float=False):
         raise _Unsupported("a softmax over a dimension other than the last (or 1 of (N, C, d1..dK))", "")
     m = A("detach", A("max_row", xv.node))
     shifted = xv.node - m
-    lse = A("log", A("sum_row", A("exp", shifted)))
-    node = shifted - lse if n.target is aten._log_softmax.default else A("exp", shifted - lse)
-    return V(node, xv.shape, xv.axes)
+    if n.target is aten._log_softmax.default:
+        return V(shifted - A("log", A("sum_row", A("exp", shifted))), xv.shape, xv.axes)
+    e = A("exp", shifted)  # times the sum's reciprocal, as torch's kernel: one exp a later loop can reuse
+    return V(e * (1.0 / A("sum_row", e)), xv.shape, xv.axes)
 
 
 @_rule(aten.linalg_vector_norm)

@@ -9,7 +9,7 @@ import torch
 
 import autogen
 from autogen import compiler, executor, schedule
-from autogen.codegen import KernelSpec
+from autogen.codegen import KernelSpec, render
 from autogen.corpus import CORPUS, PASSES, SoftDice, make
 from autogen.ir import ELEM, ROW, SCALAR, apply as A, const, input as inp
 from cases import tolerances
@@ -106,6 +106,21 @@ def test_a_later_pass_reads_the_row_statistics_it_kept(layout):
     assert "keeps per row" in " ".join(schedule.build(spec).describe(spec))
 
 
+def test_a_costly_value_is_computed_once_per_pass():
+    """Channel-first softmax (exp(x - max) times the sum's reciprocal) with per-class sums that feed the
+    gradient: each pass computes the exp once and keeps it for its next loop (the output row where the pass
+    writes one, else a scratch block), so the kernel holds one exp per pass, not two."""
+    x, t = inp("x", ELEM), inp("t", ELEM)
+    e = A("exp", x - A("detach", A("max_row", x)))
+    p = e * (1.0 / A("sum_row", e))
+    loss = A("sum_all", A("sum_col", p * t) / (A("sum_col", p + t) + 1.0))
+    (grad,) = executor.vjp([loss], [const(1.0)], [x])
+    spec = KernelSpec([(loss, SCALAR), (grad, ELEM)], "float64", "stash", layout="cf")
+    src = render(spec)
+    assert len(schedule.build(spec).passes) == 2 and src.count("__m.exp(") == 2
+    assert "__np.empty(__B * __C" in src and "__o1[__l] = v" in src
+
+
 def test_explain_prints_the_passes():
     args = make("binary", torch.float64, 12, 9)
     args[0].requires_grad_()
@@ -185,7 +200,7 @@ def test_channels_last_inputs_fuse_and_match():
     """MultiClassDice on channels-last logits (differentiated) and a one-hot made by movedim: both copied by
     the tiled transpose, values and gradients against eager."""
     entry = next(e for e in CORPUS if e.cls.__name__ == "MultiClassDice")
-    x = torch.randn(2, 64, 48, 43, dtype=torch.float64).permute(0, 3, 1, 2)
-    onehot = torch.nn.functional.one_hot(torch.randint(0, 43, (2, 64, 48)), 43).movedim(-1, 1).double()
+    x = torch.randn(2, 64, 47, 43, dtype=torch.float64).permute(0, 3, 1, 2)  # a partial last block of lanes
+    onehot = torch.nn.functional.one_hot(torch.randint(0, 43, (2, 64, 47)), 43).movedim(-1, 1).double()
     assert executor._batched_transpose(x) is not None and executor._batched_transpose(onehot) is not None
     _run(entry, [x, onehot], torch.float64)
