@@ -590,6 +590,13 @@ def _store16(graph, store, wrt, loss_at=None, grads_at=None, gout=False, same=Fa
     return st
 
 
+def _second_pass_cheaper(scale, graph, wrt):
+    """Whether a first pass over what the late sums under `scale` read (MaskedMean's mask.sum()) moves fewer
+    bytes than scaling the gradients after one pass (a read and a write of each)."""
+    reads = {n.attr for n in toposort([scale]) if n.op == "input" and n.level == ELEM}
+    return len(reads) < 2 * sum(graph.inputs[i].level == ELEM for i in wrt)
+
+
 def fused_plan(graph, needs, dtype, store=None):
     key = (graph.name, graph.mode, graph.loss.digest, graph.level, graph.saves, needs, dtype, store)
     plan = _plans.get(key)
@@ -620,9 +627,10 @@ def fused_plan(graph, needs, dtype, store=None):
             present, mapping = [g for g in grads if g is not None], {}
         elif all(cots[k] is not None and cots[k].digest not in late for k in used_k):
             mapping = {holders[k].digest: cots[k] for k in used_k}
-        elif len(used_k) == 1:
+        elif len(used_k) == 1 and not _second_pass_cheaper(cots[used_k[0]], graph, wrt):
             mapping, scale = {holders[used_k[0]].digest: const(1.0)}, cots[used_k[0]]
-        elif used_k:  # several late sums (Dice's): the forward kernel writes the gradients in a later pass
+        elif used_k:  # several late sums (Dice's), or one whose pass reads less than scaling the gradients
+            # afterwards moves: the forward kernel writes the gradients in a later pass
             grads = vjp([loss], [const(1.0)], leaves)  # (not through holders: a sum may feed another)
             present, mapping = [g for g in grads if g is not None], {}
         if mapping is not None:

@@ -2,7 +2,8 @@
 
 A kernel is one or more passes, each a loop over rows (parallel over rows for large inputs). A value's
 stage is how many whole-tensor reductions must finish before it is known: per-element work of stage s
-runs in pass s, a whole-tensor reduction of a stage-s value writes one partial per row in pass s, and
+runs in pass s, a whole-tensor reduction of a stage-s value writes one partial per row in pass s (in the
+last pass where only the scalar outputs read it: the earlier passes then read only what they need), and
 the partials are folded in row order (float64) after that pass, so results do not depend on the thread
 count. A sum over the rows (dim 0: a per-column value) is accumulated per fixed chunk of rows in its
 pass and the chunks folded in order after it. Scalar arithmetic on the folded sums runs between passes. A per-element value a later pass
@@ -46,13 +47,14 @@ def is_early(node, late):
     return group(node) == "reduce_all" and node.digest not in late
 
 
-def stages(order, late):
-    """digest -> the pass from which a value is known (late whole-tensor reductions add one)."""
-    stage = {}
+def stages(order, late, at=None):
+    """digest -> the pass from which a value is known (late whole-tensor reductions add one; `at`: the pass
+    that reduces a sum, where not its argument's own)."""
+    stage, at = {}, at or {}
     for n in order:
         g = group(n)
         if g == "reduce_col" or g == "reduce_all" and n.digest in late:
-            stage[n.digest] = stage[n.args[0].digest] + 1
+            stage[n.digest] = at.get(n.digest, stage[n.args[0].digest]) + 1
         elif g == "identity":
             stage[n.digest] = stage[n.args[0].digest]
         else:
@@ -143,8 +145,21 @@ def build(spec):
             sinks.setdefault(stage[n.digest], []).append(n)
     late_sums = [n for n in order if group(n) == "reduce_all" and n.digest in late]
     col_sums = [n for n in order if group(n) == "reduce_col"]
+    # a sum only the scalar outputs read (a normalized loss's numerator) is reduced in the last pass, so
+    # the first reads only what the sums that later passes wait on need (the denominator's input)
+    needed = {m.digest for n in [n for n, level in spec.outputs if level != SCALAR]
+              + [s.args[0] for s in late_sums + col_sums] for m in toposort([n])}
+    free = [s for s in late_sums if s.digest not in needed]
     for n in late_sums + col_sums:
-        sinks.setdefault(stage[n.args[0].digest], []).append(n.args[0])
+        if n not in free:
+            sinks.setdefault(stage[n.args[0].digest], []).append(n.args[0])
+    last = max(sinks, default=0)
+    at = {s.digest: max(last, stage[s.args[0].digest]) for s in free}
+    for s in free:
+        sinks.setdefault(at[s.digest], []).append(s.args[0])
+    if any(at[s.digest] != stage[s.args[0].digest] for s in free):
+        stage = stages(order, late, at)
+    at.update({s.digest: stage[s.args[0].digest] for s in late_sums if s not in free})
     count = max(sinks, default=0) + 1
     passes = [Pass(k) for k in range(count)]
     prelude, post = [], []
@@ -177,7 +192,7 @@ def build(spec):
             if n.level == ROW and not _inline(n):
                 done.setdefault(n.digest, p.index)
         p.depth = depths(order, {n.digest for n in p.loads})
-        p.reduces = [n for n in late_sums if stage[n.args[0].digest] == p.index]
+        p.reduces = [n for n in late_sums if at[n.digest] == p.index]
         p.col_reduces = [n for n in col_sums if stage[n.args[0].digest] == p.index]
         p.reads = sorted({n.attr for n in p.nodes if n.op == "input"})
     for j, (n, level) in enumerate(spec.outputs):

@@ -204,3 +204,53 @@ def test_channels_last_inputs_fuse_and_match():
     onehot = torch.nn.functional.one_hot(torch.randint(0, 43, (2, 64, 47)), 43).movedim(-1, 1).double()
     assert executor._batched_transpose(x) is not None and executor._batched_transpose(onehot) is not None
     _run(entry, [x, onehot], torch.float64)
+
+
+def test_a_sum_only_the_loss_reads_is_reduced_in_the_last_pass():
+    """A masked mean's numerator is read by the loss alone: the last pass reduces it, so the first reads
+    only the mask its denominator needs."""
+    x, y, m = inp("x", ELEM), inp("y", ELEM), inp("m", ELEM)
+    loss = A("sum_all", (x - y) * (x - y) * m) / A("sum_all", m)
+    (grad,) = executor.vjp([loss], [const(1.0)], [x])
+    spec = KernelSpec([(loss, SCALAR), (grad, ELEM)], "float64", "masked")
+    first, second = schedule.build(spec).passes
+    assert first.reads == ["m"] and [n.op for n in first.reduces] == ["sum_all"] and not first.writes
+    assert second.reads == ["m", "x", "y"] and len(second.reduces) == 1 and second.writes == [1]
+
+
+class _LateOverTwo(torch.nn.Module):  # the late sum reads two tensors: scaling the one gradient moves less
+    def forward(self, x, y, z):
+        return (x * y).sum() / (y * z).sum().abs().clamp(min=1)
+
+
+class _LateOverOne(torch.nn.Module):  # the late sum reads one: a first pass over it moves less
+    def forward(self, x, y, z):
+        return ((x - y) ** 2 * z).sum() / z.sum().clamp(min=1)
+
+
+@pytest.mark.parametrize("cls,two_passes", [(_LateOverTwo, False), (_LateOverOne, True)],
+                         ids=["scaled", "two-passes"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_one_late_sum_plan_by_bytes_moved(cls, two_passes, dtype):
+    """One late sum feeding the gradient: scaled after one pass, or a first pass over the sum's own inputs
+    (whichever moves fewer bytes); fused and exact either way, grad_output 1 and 2.5."""
+    args = [torch.randn(13, 7, dtype=dtype) for _ in range(3)]
+    args[2] = args[2].abs()
+    fused = autogen.autogen_loss(cls)
+    for gout in (1.0, 2.5):
+        x = args[0].clone().requires_grad_()
+        ref = cls()(x, *args[1:])
+        (want,) = torch.autograd.grad(ref * gout, [x])
+        x2 = args[0].clone().requires_grad_()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            with autogen.policy("aggressive"), autogen.record() as rec:
+                out = fused(use_autogen=True)(x2, *args[1:])
+                (got,) = torch.autograd.grad(out * gout, [x2])
+        assert [(c.path, c.fused) for c in rec.calls] == [("autogen", True)] * 2
+        (plan,) = [p for p in executor._plans.values() if p.forward.label.startswith(cls.__name__)
+                   and p.forward.dtype == str(dtype).split(".")[1]]
+        assert plan.scaled != two_passes and len(schedule.build(plan.forward).passes) == 1 + two_passes
+        tol = tolerances(dtype)
+        torch.testing.assert_close(out, ref, **tol)
+        torch.testing.assert_close(got, want, **tol)
