@@ -33,8 +33,8 @@ _MATHLIB = hashlib.sha1(b"".join(resources.files("autogen").joinpath(f).read_byt
                                   for f in ("mathlib.py", "specfun.py"))).hexdigest()[:12]
 
 
-_CODEGEN_REV = "7"  # part of every kernel's key: bump when the same graph renders differently
-_STASH_COST = 20  # a value this costly per element (one polynomial function) is stashed, not recomputed
+_CODEGEN_REV = "8"  # part of every kernel's key: bump when the same graph renders differently
+from .schedule import STASH_COST as _STASH_COST  # a value this costly per element is stashed, not recomputed
 _COL_CHUNKS = 64  # chunks of rows a sum over the rows is split into (a float64 row of partials each)
 
 
@@ -258,6 +258,9 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False):
         else:
             loop(depth[arg.digest])["sinks"].append((arg, f"__c{k}[__b, __j] += {names[arg.digest]}"))
     loaded = {n.digest for n in p.loads}
+    for n, j in p.keeps:  # a costly per-element value a later pass takes back from output j's buffer
+        loop(depth[n.digest])["sinks"].append((n, f"__o{j}{E} = {names[n.digest]}"))
+    taken = {n.digest: j for n, j in p.takes}
     reductions = sorted([n for n in p.nodes if _group(n) == "reduce_row" and n.digest not in loaded]
                         + [n for n in p.reduces if not _per_col(n)], key=lambda n: idx[n.digest])
     for n in reductions:
@@ -328,11 +331,14 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False):
     # one loop, scaled into the gradient in the next) is stashed in the later loop's output row and read
     # back there just before that loop overwrites it, as the handwritten kernel does
     keys = sorted(loops)
-    needs = {key: closure([m for m, _ in loops[key]["sinks"]]) for key in keys}
-    loads = {key: {} for key in keys}
+    needs = {key: closure([m for m, _ in loops[key]["sinks"]], set(taken)) for key in keys}
+    loads = {key: {d: f"{names[d]} = __o{j}{E}" for d, j in taken.items() if d in needs[key]} for key in keys}
+    for d, j in taken.items():
+        if any(key > out_pass[j] and d in needs[key] for key in keys):
+            raise ScheduleError(f"{spec.label}: a value kept in output {j} is read after that output is written")
     for j, b in out_pass.items():
-        if spec.outputs[j][0].kind != "f" or j in spec.storage:  # a 16-bit row would round the stashed value
-            continue
+        if spec.outputs[j][0].kind != "f" or j in spec.storage or j in taken.values():  # a 16-bit row would
+            continue  # round the stashed value; a row holding a value taken from an earlier pass is not free
         sinks_b = [m for m, _ in loops[b]["sinks"]]
         best = None
         for d in sorted(needs[b]):
@@ -379,7 +385,7 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False):
     # row-level values: each after the loop that produced its reductions
     reads = set(p.reads)
     elem_in = [n.attr for n in spec.inputs if n.level == ELEM and n.attr in reads]
-    elem_out = [j for j in p.writes if spec.outputs[j][1] == ELEM]
+    elem_out = [j for j in p.writes if spec.outputs[j][1] == ELEM] + [j for _, j in p.keeps]
     if cf:  # the block: outer index, first lane, lanes, first row, first element
         row_begin = ["__ob = __q // __NI", "__i0 = (__q - __ob * __NI) * __B", "__nl = min(__B, __I - __i0)",
                      "__rb = __ob * __I + __i0", "__eb = __ob * __C * __I + __i0"]

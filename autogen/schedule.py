@@ -91,6 +91,8 @@ class Pass:
     reads: list = field(default_factory=list)    # names of the inputs it reads
     stores: list = field(default_factory=list)   # per-row values it keeps for a later pass (one array of R)
     loads: list = field(default_factory=list)    # per-row values an earlier pass kept: read, not recomputed
+    keeps: list = field(default_factory=list)    # (node, j): a costly per-element value it writes into output
+    takes: list = field(default_factory=list)    # j's buffer for a later pass, which takes it back from there
     depth: dict = None                           # the row-reduction depth of its values (loads are 0)
 
 
@@ -123,11 +125,18 @@ class Schedule:
                 parts.append("writes " + ", ".join(outs[j] for j in p.writes))
             if p.stores:
                 parts.append("keeps per row " + ", ".join(names[n.digest] for n in p.stores))
+            if p.keeps:
+                parts.append("keeps per element " + ", ".join(f"{names[n.digest]} in out{j}" for n, j in p.keeps))
+            if p.takes:
+                parts.append("takes back " + ", ".join(f"{names[n.digest]} from out{j}" for n, j in p.takes))
             lines.append("; ".join(parts))
         if self.scalar_outputs or self.post:
             scalars = "the scalars " + ", ".join(names[n.digest] for n in self.post) + "; " if self.post else ""
             lines.append(f"end: {scalars}writes " + ", ".join(outs[j] for j in self.scalar_outputs))
         return lines
+
+
+STASH_COST = 20  # a per-element value this costly (one polynomial function) is kept, not recomputed
 
 
 def _inline(n):
@@ -162,6 +171,10 @@ def build(spec):
     at.update({s.digest: stage[s.args[0].digest] for s in late_sums if s not in free})
     count = max(sinks, default=0) + 1
     passes = [Pass(k) for k in range(count)]
+    p_writes = {}  # pass -> the per-element float outputs it writes
+    for j, (n, level) in enumerate(spec.outputs):
+        if level == ELEM and n.kind == "f":
+            p_writes.setdefault(stage[n.digest], []).append(j)
     prelude, post = [], []
     for n in order:
         if n.level != SCALAR or _inline(n):
@@ -170,8 +183,15 @@ def build(spec):
             prelude.append(n)
         s = stage[n.digest]
         (passes[s].scalars if s < count else post).append(n)
+    node_of = {n.digest: n for n in order}
+
+    def _cost(digests):
+        return sum(PRIMS[node_of[d].op].cost for d in digests if node_of[d].op in PRIMS)
+
     done = {}  # digest -> the earlier pass that computed a per-row value
-    for p in passes:
+    done_elem = {}  # digest -> the earlier pass that computed a per-element value
+
+    def collect(p, taken):
         need, stack, loads = set(), list(sinks.get(p.index, [])), {}
         while stack:  # the non-scalar values the pass's sinks are made of (scalars are known before it)
             n = stack.pop()
@@ -181,8 +201,40 @@ def build(spec):
             if n.level == ROW and not _inline(n) and n.digest in done:
                 loads[n.digest] = done[n.digest]  # R values kept by the earlier pass: its row loops not redone
                 continue
+            if n.digest in taken:
+                continue
             if group(n) != "reduce_col":  # a sum over the rows is read from its pass's result
                 stack.extend(n.args[:1] if group(n) == "identity" else n.args)
+        return need, loads
+
+    for p in passes:
+        taken = {}  # digest -> (home pass, output): per-element values read back, not recomputed
+        need, loads = collect(p, taken)
+        # a costly per-element value an earlier pass computed (SoftDice's sigmoid) is written there into the
+        # buffer of an output this pass writes, and read back before this pass overwrites it: one more
+        # write and read per element, against the math (the kernels are compute-bound on it)
+        # (only an output of the pass's last loop: a loop after its writer would read it overwritten)
+        deep = depths(order, {d for d in need if node_of[d].level == ROW and d in done})
+        last = max((deep[n.digest] for n in sinks.get(p.index, [])), default=0)
+        outs = [j for j in p_writes.get(p.index, []) if j not in (spec.storage or {})
+                and deep[spec.outputs[j][0].digest] == last]
+        while outs:
+            cost = _cost(need)
+            best = None
+            for n in order:
+                if n.digest in need and n.digest in done_elem and n.digest not in taken and n.kind == "f":
+                    saved = cost - _cost(collect(p, {**taken, n.digest: None})[0]) + _cost({n.digest})
+                    if saved >= STASH_COST and (best is None or saved > best[0]):
+                        best = (saved, n)
+            if best is None:
+                break
+            n, j = best[1], outs.pop(0)
+            taken[n.digest] = (done_elem[n.digest], j)
+            need, loads = collect(p, taken)
+        for d, (home, j) in taken.items():
+            n = node_of[d]
+            passes[home].keeps.append((n, j))
+            p.takes.append((n, j))
         p.nodes = [n for n in order if n.digest in need]
         p.loads = [n for n in p.nodes if n.digest in loads]
         for n in p.loads:
@@ -191,7 +243,9 @@ def build(spec):
         for n in p.nodes:
             if n.level == ROW and not _inline(n):
                 done.setdefault(n.digest, p.index)
-        p.depth = depths(order, {n.digest for n in p.loads})
+            elif n.level == ELEM and not _inline(n) and n.digest not in taken and group(n) != "leaf":
+                done_elem.setdefault(n.digest, p.index)
+        p.depth = depths(order, {n.digest for n in p.loads} | set(taken))
         p.reduces = [n for n in late_sums if at[n.digest] == p.index]
         p.col_reduces = [n for n in col_sums if stage[n.args[0].digest] == p.index]
         p.reads = sorted({n.attr for n in p.nodes if n.op == "input"})

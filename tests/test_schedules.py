@@ -74,7 +74,8 @@ def test_one_and_two_threads_give_identical_results(name, monkeypatch):
 
 
 def test_dice_is_two_passes_then_the_loss():
-    """Forward with its gradient: pass 0 sums p * t, p and t; pass 1 writes the gradient from them."""
+    """Forward with its gradient: pass 0 sums p * t, p and t and keeps the sigmoid in the gradient's buffer;
+    pass 1 takes it back from there (it reads t, not x: no sigmoid again) and writes the gradient."""
     x, t = inp("x", ELEM), inp("t", ELEM)
     p = A("sigmoid", x)
     loss = 1 - (2 * A("sum_all", p * t) + 1) / (A("sum_all", p) + A("sum_all", t) + 1)
@@ -84,13 +85,17 @@ def test_dice_is_two_passes_then_the_loss():
     assert len(sched.passes) == 2
     assert [n.op for n in sched.passes[0].reduces] == ["sum_all"] * 3 and not sched.passes[0].writes
     assert sched.passes[1].writes == [1] and not sched.passes[1].reduces and sched.scalar_outputs == [0]
-    assert sched.passes[0].reads == sched.passes[1].reads == ["t", "x"]
+    assert sched.passes[0].reads == ["t", "x"] and sched.passes[1].reads == ["t"]
+    assert sched.passes[0].keeps == sched.passes[1].takes == [(p, 1)]
+    src = render(spec)
+    assert src.count("__m.sigmoid(") == 1 and "__o1[__j] = v" in src
 
 
 @pytest.mark.parametrize("layout", ["row", "cf"])
 def test_a_later_pass_reads_the_row_statistics_it_kept(layout):
-    """A softmax whose per-class sums feed the gradient: pass 0 computes the rows' max and log-sum and keeps
-    them (R values), pass 1 reads them instead of running its own loops over each row for them."""
+    """A softmax whose per-class sums feed the gradient: pass 0 computes the rows' statistics and keeps
+    the ones pass 1 needs (R values), pass 1 reads them instead of running its own loops over each row for
+    them (and takes the softmax itself back from the gradient's buffer)."""
     x, t = inp("x", ELEM), inp("t", ELEM)
     m = A("detach", A("max_row", x))
     lse = A("log", A("sum_row", A("exp", x - m)))
@@ -99,8 +104,7 @@ def test_a_later_pass_reads_the_row_statistics_it_kept(layout):
     (grad,) = executor.vjp([loss], [const(1.0)], [x])
     spec = KernelSpec([(loss, SCALAR), (grad, ELEM)], "float64", "stats", layout=layout)
     first, second = schedule.build(spec).passes
-    kept = {n.op for n in first.stores}
-    assert {"max_row", "log"} <= kept and first.stores == second.loads
+    assert first.stores and first.stores == second.loads and [n for n, _ in second.takes] == [p]
     redone = [n for n in second.nodes if n in first.nodes and n.level == ROW and n not in second.loads]
     assert not [n for n in redone if n.op not in ("param", "const", "detach")]  # only the gradient's own sums are new
     assert "keeps per row" in " ".join(schedule.build(spec).describe(spec))
@@ -108,8 +112,8 @@ def test_a_later_pass_reads_the_row_statistics_it_kept(layout):
 
 def test_a_costly_value_is_computed_once_per_pass():
     """Channel-first softmax (exp(x - max) times the sum's reciprocal) with per-class sums that feed the
-    gradient: each pass computes the exp once and keeps it for its next loop (the output row where the pass
-    writes one, else a scratch block), so the kernel holds one exp per pass, not two."""
+    gradient: pass 0 computes the exp once, keeps it for its next loop in a scratch block (it writes no
+    output) and for pass 1 in the gradient's buffer; pass 1 takes it back: one exp in the kernel, not four."""
     x, t = inp("x", ELEM), inp("t", ELEM)
     e = A("exp", x - A("detach", A("max_row", x)))
     p = e * (1.0 / A("sum_row", e))
@@ -117,7 +121,8 @@ def test_a_costly_value_is_computed_once_per_pass():
     (grad,) = executor.vjp([loss], [const(1.0)], [x])
     spec = KernelSpec([(loss, SCALAR), (grad, ELEM)], "float64", "stash", layout="cf")
     src = render(spec)
-    assert len(schedule.build(spec).passes) == 2 and src.count("__m.exp(") == 2
+    first, second = schedule.build(spec).passes
+    assert first.keeps == second.takes == [(e, 1)] and second.reads == ["t"] and src.count("__m.exp(") == 1
     assert "__np.empty(__B * __C" in src and "__o1[__l] = v" in src
 
 
