@@ -245,6 +245,16 @@ def _no_parts(r):
     return np.empty((0, r), dtype=np.float64)  # read-only in effect: a kernel with no partial sums
 
 
+def _parts(k, r):
+    """The kernel's scratch of per-row partial sums, reused by this thread's next call of that shape (a
+    fresh one of a large batch is megabytes the allocator may map anew: page faults in every call)."""
+    key = (k, r)
+    cached = getattr(_tls, "parts", None)
+    if cached is None or cached[0] != key:
+        cached = _tls.parts = (key, np.empty(key, dtype=np.float64))
+    return cached[1]
+
+
 def _load(spec, parallel=False):
     """get_kernel, its failures as the engine's errors (a ScheduleError stays one)."""
     try:
@@ -303,7 +313,7 @@ class _Launch:
                 a = np.empty(size if shape is None else shape, npdt)
                 outs.append(torch.from_numpy(a))
                 args.append(a if shape is None else a.reshape(-1))
-        args.append(np.empty((self.nparts, r), dtype=np.float64) if self.nparts else _no_parts(r))
+        args.append(_parts(self.nparts, r) if self.nparts else _no_parts(r))
         fn = self.fn
         if fn in _rates and _use_threads(fn, n, r):
             par = _load(self.spec, parallel=True)
