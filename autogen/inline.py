@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .ir import COL, ELEM, ROW, SCALAR, toposort
+from .ir import COL, ELEM, ROW, SCALAR, order_of
 from .primitives import PRIMS
 
 _lib = torch.library.Library("autogen", "FRAGMENT")
@@ -157,7 +157,7 @@ def evaluate(node, values, params, dims, mode):
         return {ELEM: (R, C), ROW: (R, 1), COL: (1, C), SCALAR: ()}[level]
 
     out = {}
-    for x in toposort([node]):
+    for x in order_of(node):
         if x.op == "input":
             val = values[x.attr].reshape(layout(x.level))
         elif x.op == "const":

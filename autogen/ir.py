@@ -131,6 +131,19 @@ def toposort(outputs):
     return order
 
 
+_ORDERS = {}  # id(node) -> (node, its toposort): per-call evaluations of a trace's small graphs
+
+
+def order_of(node):
+    """toposort([node]), computed once per node object (the per-call index and check expressions of a trace)."""
+    hit = _ORDERS.get(id(node))
+    if hit is None or hit[0] is not node:
+        if len(_ORDERS) > 4096:
+            _ORDERS.clear()
+        hit = _ORDERS[id(node)] = (node, toposort([node]))
+    return hit[1]
+
+
 def substitute(outputs, mapping):
     """Rebuild `outputs` with leaves replaced per `mapping` (digest -> node or number)."""
     memo = {}

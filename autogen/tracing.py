@@ -33,7 +33,7 @@ from . import ops as _ops
 from .errors import AutogenError, CompileError, TracingError, UnsupportedOpError
 from .executor import LossGraph, Problem, contiguous as _contiguous, execute
 from .functional import _compute_dtype, broadcast_shapes
-from .ir import COL, ELEM, ROW, SCALAR, Node, apply as A, const, input as inp, iota, param, toposort
+from .ir import COL, ELEM, ROW, SCALAR, Node, apply as A, const, input as inp, iota, order_of, param, toposort
 from .policies import get_policy, get_strict, tracing, tracing_scope, unrecorded
 from .primitives import PRIMS
 
@@ -1259,7 +1259,7 @@ def _lower(gm, tensors, cls, calls):
 def _eval_index(node, tensors, traced):
     """The gather index, computed in torch from the inputs it depends on (a few ops on R values)."""
     values = {}
-    for n in toposort([node]):
+    for n in order_of(node):
         if n.op == "input":
             values[n.digest] = tensors[traced.sources[n.attr]].detach().reshape(-1)
         elif n.op == "const":
