@@ -259,3 +259,20 @@ def test_one_late_sum_plan_by_bytes_moved(cls, two_passes, dtype):
         tol = tolerances(dtype)
         torch.testing.assert_close(out, ref, **tol)
         torch.testing.assert_close(got, want, **tol)
+
+
+KEEPS = {"SoftDice": "sigmoid", "Jaccard": "sigmoid", "Tversky": "sigmoid", "FocalTversky": "sigmoid",
+         "MultiClassDice": "exp"}
+
+
+@pytest.mark.parametrize("shape", [(12, 5), (13, 7)], ids=str)
+@pytest.mark.parametrize("name", list(KEEPS))
+def test_values_kept_between_passes_match_eager(name, shape):
+    """The losses whose pass 1 takes back a per-element value pass 0 kept in the gradient's buffer (row and
+    channel-first layouts): the plan does so, and values and gradients match eager."""
+    entry = next(e for e in CORPUS if e.cls.__name__ == name)
+    executor._plans.clear()
+    _run(entry, make(entry.kind, torch.float64, *shape), torch.float64)
+    (plan,) = [p for p in executor._plans.values() if p.forward.label.startswith(name)]
+    first, second = schedule.build(plan.forward).passes
+    assert [n.op for n, _ in first.keeps] == [KEEPS[name]] and first.keeps == second.takes
