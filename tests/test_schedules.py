@@ -133,6 +133,7 @@ def test_explain_prints_the_passes():
         text = str(autogen.explain(SoftDice(use_autogen=True), *args))
     assert "passes (SoftDice forward+grad):" in text
     assert "reads in0, in1; reduces" in text and "pass 1: first the scalars" in text and "writes out1" in text
+    assert "keeps per element %" in text and "in out1" in text and "takes back %" in text
 
 
 @autogen.autogen_loss
