@@ -21,6 +21,7 @@ from . import schedule
 from .ir import COL, ELEM, ROW, SCALAR, const, describe, fmt_const, param, toposort
 from .mathlib import KERNEL_FASTMATH
 from .primitives import PRIMS
+from .schedule import STASH_COST as _STASH_COST  # a value this costly per element is stashed, not recomputed
 from .schedule import late_set  # noqa: F401 - the executor's import
 
 _ENV = jinja2.Environment(loader=jinja2.FunctionLoader(
@@ -34,7 +35,6 @@ _MATHLIB = hashlib.sha1(b"".join(resources.files("autogen").joinpath(f).read_byt
 
 
 _CODEGEN_REV = "8"  # part of every kernel's key: bump when the same graph renders differently
-from .schedule import STASH_COST as _STASH_COST  # a value this costly per element is stashed, not recomputed
 _COL_CHUNKS = 64  # chunks of rows a sum over the rows is split into (a float64 row of partials each)
 
 
@@ -327,6 +327,19 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False):
     def cost(digests):
         return sum(PRIMS[order[idx[d]].op].cost for d in digests if order[idx[d]].op in PRIMS)
 
+    def best_stash(b, sinks_b):
+        """(saved cost, value, home loop) of the costliest value loop b would compute again that an earlier
+        (not solo) loop computes, if it costs at least _STASH_COST; else None."""
+        best = None
+        for d in sorted(needs[b]):
+            homes = [key for key in keys if key < b and key[1] == 0 and d in needs[key] and d not in loads[key]]
+            if order[idx[d]].kind != "f" or d in loads[b] or not homes:
+                continue
+            saved = cost((needs[b] - closure(sinks_b, set(loads[b]) | {d})) | {d})  # d itself is loaded
+            if saved >= _STASH_COST and (best is None or saved > best[0]):
+                best = (saved, d, homes[-1])
+        return best
+
     # a costly per-element value that a later loop would compute again (cross-entropy's exp: summed in
     # one loop, scaled into the gradient in the next) is stashed in the later loop's output row and read
     # back there just before that loop overwrites it, as the handwritten kernel does
@@ -340,15 +353,7 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False):
         if spec.outputs[j][0].kind != "f" or j in spec.storage or j in taken.values():  # a 16-bit row would
             continue  # round the stashed value; a row holding a value taken from an earlier pass is not free
         sinks_b = [m for m, _ in loops[b]["sinks"]]
-        best = None
-        for d in sorted(needs[b]):
-            m = order[idx[d]]
-            homes = [key for key in keys if key < b and key[1] == 0 and d in needs[key]]  # not a solo loop
-            if m.kind != "f" or d in loads[b] or not homes:
-                continue
-            saved = cost((needs[b] - closure(sinks_b, set(loads[b]) | {d})) | {d})  # d itself is loaded
-            if saved >= _STASH_COST and (best is None or saved > best[0]):
-                best = (saved, d, homes[-1])
+        best = best_stash(b, sinks_b)
         if best is not None:
             _, d, a = best
             loops[a]["sinks"].append((order[idx[d]], f"__o{j}{E} = {names[d]}"))
@@ -359,18 +364,7 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False):
     scratch = {}
     for b in keys if cf else ():
         sinks_b = [m for m, _ in loops[b]["sinks"]]
-        while True:
-            best = None
-            for d in sorted(needs[b]):
-                m = order[idx[d]]
-                homes = [key for key in keys if key < b and d in needs[key] and d not in loads[key]]
-                if m.kind != "f" or d in loads[b] or not homes:
-                    continue
-                saved = cost((needs[b] - closure(sinks_b, set(loads[b]) | {d})) | {d})
-                if saved >= _STASH_COST and (best is None or saved > best[0]):
-                    best = (saved, d, homes[-1])
-            if best is None:
-                break
+        while (best := best_stash(b, sinks_b)) is not None:
             _, d, a = best
             t = f"__t{idx[d]}"
             if d not in scratch:

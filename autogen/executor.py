@@ -148,11 +148,16 @@ def pooled_like(t):
     return pooled(t.numel(), t.dtype).view(t.shape)
 
 
+def _memory_order(t):
+    """t's dims by stride, largest first (size-1 dims last): t.permute of it is contiguous where t is dense."""
+    return sorted(range(t.dim()), key=lambda d: (-t.stride(d), t.shape[d] == 1))
+
+
 def _batched_transpose(t):
     """(P, X, Y) when `t` is a batched transpose of contiguous memory: its dims in order are P X Y, in memory
     P Y X (a channels-last tensor read channel-first: F.one_hot(t, C).movedim(-1, 1)); else None."""
     dims = [d for d in range(t.dim()) if t.shape[d] > 1]
-    mem = sorted(dims, key=lambda d: -t.stride(d))
+    mem = [d for d in _memory_order(t) if t.shape[d] > 1]
     size = 1
     for d in reversed(mem):  # memory order must be dense
         if t.stride(d) != size:
@@ -190,8 +195,7 @@ class _Copy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, t, pxy):
         P, X, Y = pxy
-        dims = [d for d in range(t.dim()) if t.shape[d] > 1]
-        src = t.permute(sorted(range(t.dim()), key=lambda d: (-t.stride(d), d not in dims)))
+        src = t.permute(_memory_order(t))
         out = torch.empty(t.shape, dtype=t.dtype)
         it = _INT_OF[t.element_size()]
         s = src.view(it).reshape(P, Y, X).numpy()
@@ -734,7 +738,8 @@ def _slots(plan, graph, launch):
 
 
 def scale_grads(grads, factor):
-    """Gradients written by a forward pass, times grad_output (and any deferred scale)."""
+    """Gradients written by a forward pass (scaled there by a late sum where the plan is `scaled`), times
+    grad_output."""
     if factor.item() == 1.0:  # skip the extra pass in the common case loss.backward()
         return grads
     return [None if g is None else g * factor for g in grads]  # not in place: backward may repeat
