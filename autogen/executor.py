@@ -288,36 +288,39 @@ class _Launch:
 
     def run(self, prob, ins, params, shapes=()):
         """The kernel on `ins` (the spec's input tensors in its order) and `params` (name -> value); output j
-        is shaped shapes[j] where given, else flat at its level."""
-        n, c, r = prob.launch_dims()
-        args = [_flat_np(t) for t in ins]
+        is shaped shapes[j] where given, else flat at its level. What depends only on the problem (its
+        dimensions, converted params, each output's allocation) is bound to it at its first call here: a
+        problem cached per call signature then pays only for the arrays and the kernel."""
+        bound = prob.__dict__.get("_bound")
+        if bound is None or bound[0] is not self or bound[1] is not params or bound[2] != shapes:
+            bound = prob._bound = self._bind(prob, params, shapes)
+        n, c, r, pvals, outputs, nparts = bound[3:]
+        args = []
         entry = self.entry
-        if entry:
-            for a, dt in zip(args, self.in_dtypes):
-                if a.dtype is not dt:
-                    entry = None
-                    break
-        for name, conv in self.params:
-            v = params[name]
-            args.append(conv(v.item() if isinstance(v, torch.Tensor) else v))
+        in_dtypes = self.in_dtypes
+        for k, t in enumerate(ins):
+            if t.requires_grad:
+                t = t.detach()
+            if t.dtype in _LOW16:
+                t = t.view(torch.uint16)
+            a = t.numpy()
+            if a.ndim != 1:
+                a = a.reshape(-1)
+            if entry and a.dtype is not in_dtypes[k]:
+                entry = None
+            args.append(a)
+        args += pvals
         outs = []
-        for j, (level, dt, npdt) in enumerate(self.outputs):
-            shape = shapes[j] if j < len(shapes) else None
-            if not level and npdt is not None:  # a 0-dim result: the kernel writes its one element
-                a = np.empty(() if shape is None else shape, npdt)
+        for small, shape, flat, npdt, dt, size in outputs:
+            if small:  # numpy's allocation handed to torch: no torch.empty and .numpy() per output
+                a = np.empty(shape, npdt)
                 outs.append(torch.from_numpy(a))
-                args.append(a.reshape(1))
-                continue
-            size = prob.flat_size(level) if level else 1
-            if npdt is None or size * dt.itemsize >= _POOL_MIN:
-                o = pooled(size, dt) if level else torch.empty((), dtype=dt)
+                args.append(a if flat else a.reshape(-1))
+            else:
+                o = pooled(size, dt) if size is not None else torch.empty((), dtype=dt)
                 outs.append(o if shape is None else o.view(shape))
                 args.append(_flat_np(o))
-            else:
-                a = np.empty(size if shape is None else shape, npdt)
-                outs.append(torch.from_numpy(a))
-                args.append(a if shape is None else a.reshape(-1))
-        args.append(_parts(self.nparts, r) if self.nparts else _no_parts(r))
+        args.append(_parts(nparts, r) if nparts else _no_parts(r))
         fn = self.fn
         if fn in _rates and _use_threads(fn, n, r):
             par = _load(self.spec, parallel=True)
@@ -337,6 +340,28 @@ class _Launch:
             if self.entry is None:
                 self._specialise(n, c, r, args, len(ins))
         return outs
+
+    def _bind(self, prob, params, shapes):
+        """(self, params, shapes, n, c, r, converted params, per output its allocation, partial-sum count)."""
+        n, c, r = prob.launch_dims()
+        pvals, key = [], params
+        for name, conv in self.params:
+            v = params[name]
+            if isinstance(v, torch.Tensor):  # read per call: not bound
+                key, v = None, v.item()
+            pvals.append(conv(v))
+        outputs = []
+        for j, (level, dt, npdt) in enumerate(self.outputs):
+            shape = shapes[j] if j < len(shapes) else None
+            if not level and npdt is not None:  # a 0-dim result: the kernel writes its one element
+                outputs.append((True, () if shape is None else shape, False, npdt, dt, 1))
+                continue
+            size = prob.flat_size(level) if level else 1
+            if npdt is None or size * dt.itemsize >= _POOL_MIN:
+                outputs.append((False, shape, False, npdt, dt, size if level else None))
+            else:
+                outputs.append((True, size if shape is None else shape, shape is None, npdt, dt, size))
+        return (self, key, shapes, n, c, r, pvals, outputs, self.nparts)
 
     def _specialise(self, n, c, r, args, count):
         """The overload the dispatcher just ran for these argument types (False: none matches exactly, the
@@ -686,14 +711,21 @@ class FusedEngine:
     def forward(self, tensors, needs):
         prob = self.prob
         store = _storage(prob.graph, tensors) if prob.dtype is torch.float32 else None
-        plan = self.plan = fused_plan(prob.graph, needs, prob.dtype, store if store and any(store) else None)
+        # the plan, its launch and argument order for this problem, grad needs and storage: found once
+        hit = prob.__dict__.get("_fused")
+        if hit is None or hit[0] != needs or hit[1] != store or hit[3].kernels is not _compiler._kernels:
+            plan = fused_plan(prob.graph, needs, prob.dtype, store if store and any(store) else None)
+            if plan.backward is not None:
+                _load(plan.backward)  # a backward that cannot be scheduled fails here, where execute falls back
+            launch = launch_of(plan.forward, prob.dtype)
+            shapes = [None] + [tensors[i].shape for i in plan.wrt] if plan.in_forward else ()
+            hit = prob._fused = (needs, store, plan, launch, _slots(plan, prob.graph, launch), shapes)
+        plan, launch, slots, shapes = hit[2:]
+        self.plan = plan
         self.reads_inputs = plan.backward is not None  # only a backward kernel of its own reads the inputs
-        if plan.backward is not None:
-            _load(plan.backward)  # a backward that cannot be scheduled fails here, where execute falls back
-        launch = launch_of(plan.forward, prob.dtype)
-        ins = [tensors[i] for i in _slots(plan, prob.graph, launch)]
+        ins = [tensors[i] for i in slots]
         if plan.in_forward:  # the gradients shaped as their inputs, placed (what backward hands autograd)
-            outs = launch.run(prob, ins, prob.params, [None] + [tensors[i].shape for i in plan.wrt])
+            outs = launch.run(prob, ins, prob.params, shapes)
             _policy.note(prob.graph.name, self.path, True, "forward", self.reason)
             grads = outs[1:1 + len(plan.wrt)]
             if plan.scaled:  # in place: a product into a fresh tensor cost a page-faulting allocation

@@ -5,6 +5,7 @@ import inspect
 import math
 import operator
 import os
+import threading
 import warnings
 
 import numba
@@ -167,18 +168,141 @@ def _autocast_fp32(name, input, target, args, kwargs):
     return cast(input), cast(target), tuple(cast(a) for a in args), {k: cast(v) for k, v in kwargs.items()}
 
 
+# -- call plans: what the first plain call of a signature ran, replayed by later ones ------------
+# Validating a call, building its problem and picking its kernel depend only on the call's signature (the
+# tensors' shapes, dtypes, requires_grad; the other arguments' values; grad mode). The first call of a
+# signature runs the loss's function while a _Capture records the one execute() it made, the value checks
+# it ran (class targets in range, BCE's [0, 1]) and how its result was finished; when every tensor it
+# handed on is one of the call's own (no copy, cast or broadcast), later calls run those checks and that
+# execute() alone: tens of us of Python less per call (benchmarks/bench_crossover.py --fixed).
+_PLANS = {}
+_PLANS_MAX = 4096
+_SIMPLE = frozenset((type(None), bool, int, float, str))
+
+
+class _Capture:
+    __slots__ = ("execs", "checks", "finish", "ok")
+
+    def __init__(self):
+        self.execs, self.checks, self.finish, self.ok = [], [], None, True
+
+
+_capturing = threading.local()
+
+
+def _captured():
+    return getattr(_capturing, "cur", None)
+
+
+def _check(fn, t, *extra):
+    """Value check `fn(t, *extra)` (its result returned), also run by every later call of a plan."""
+    cap = _captured()
+    if cap is not None:
+        cap.checks.append((fn, t, extra))
+    return fn(t, *extra)
+
+
+def _plan_key(name, input, target, args, kwargs, use_autogen, legacy):
+    """(a plain call's signature, its tensors), or (None, None): each tensor a contiguous CPU torch.Tensor,
+    every other argument None, a bool, a number or a string, no legacy size_average/reduce (their warning is
+    per call). Most calls pass no other tensor: their key is built without a loop."""
+    if not (input.is_contiguous() and target.is_contiguous() and input.is_cpu and target.is_cpu):
+        return None, None
+    key = (name, use_autogen, torch.is_grad_enabled(), input.shape, input.dtype, input.requires_grad, target.shape,
+           target.dtype, target.requires_grad)
+    types = tuple(map(type, args))
+    if not kwargs and _SIMPLE.issuperset(types):
+        for i in legacy:
+            if i < len(args) and args[i] is not None:
+                return None, None
+        return key + (args, types), (input, target)
+    tensors, rest = [input, target], []
+    for i, v in enumerate(args):
+        if type(v) is torch.Tensor:
+            if not v.is_contiguous() or not v.is_cpu:
+                return None, None
+            tensors.append(v)
+            rest += (v.shape, v.dtype, v.requires_grad)
+        elif type(v) not in _SIMPLE or v is not None and i in legacy:
+            return None, None
+        else:
+            rest += (type(v), v)
+    for k, v in kwargs.items():
+        if type(v) is torch.Tensor:
+            if not v.is_contiguous() or not v.is_cpu:
+                return None, None
+            tensors.append(v)
+            rest += (k, v.shape, v.dtype, v.requires_grad)
+        elif type(v) not in _SIMPLE:
+            return None, None
+        else:
+            rest += (k, type(v), v)
+    return key + tuple(rest), tensors
+
+
+class _Plan:
+    """A signature's replay: the checks (each on call tensor `at`), the execute() on call tensors `slots`,
+    the finish."""
+    __slots__ = ("checks", "prob", "slots", "use_autogen", "handwritten", "finish")
+
+    def __init__(self, checks, prob, slots, use_autogen, handwritten, finish):
+        self.checks, self.prob, self.slots = checks, prob, slots
+        self.use_autogen, self.handwritten, self.finish = use_autogen, handwritten, finish
+
+    def run(self, tensors):
+        for fn, at, extra in self.checks:
+            fn(tensors[at], *extra)
+        out = execute(self.prob, [tensors[i] for i in self.slots], self.use_autogen, self.handwritten)
+        finish = self.finish
+        return out if finish is None else _finish(out, *finish)
+
+
+def _plan_of(cap, tensors, result):
+    """The _Plan a captured call makes, or None where it cannot be replayed from its tensors alone."""
+    if not cap.ok or len(cap.execs) != 1:
+        return None
+    prob, handed, use_autogen, handwritten, out = cap.execs[0]
+    where = {id(t): i for i, t in enumerate(tensors)}
+    slots = tuple(where.get(id(t)) for t in handed)
+    checks = tuple((fn, where.get(id(t)), extra) for fn, t, extra in cap.checks)
+    if None in slots or any(at is None for _, at, _ in checks):
+        return None
+    finish = None
+    if cap.finish is not None:
+        source, args, finished = cap.finish
+        if source is not out or finished is not result:
+            return None
+        finish = args
+    elif result is not out:
+        return None
+    return _Plan(checks, prob, slots, use_autogen, handwritten, finish)
+
+
 def _small_to_torch(fn):
     """Send inputs below the loss's size threshold to torch's own loss (recorded as fallback), through a
     front function with the loss's signature (_front); `wrapper` takes what the front does not."""
     name = fn.__name__
     torch_fn = getattr(TF, name)
     params = list(inspect.signature(fn).parameters)[:-1]  # all but use_autogen
+    legacy = {i - 2 for i, p in enumerate(params) if p in ("size_average", "reduce")}  # positions in *args
 
     def wrapper(input, target, *args, use_autogen=False, **kwargs):
+        plain = type(input) is torch.Tensor and type(target) is torch.Tensor and not _state.tracing \
+            and not _ops.compiling()
+        if plain:  # the plan lane: a call whose signature an earlier call planned
+            key, tensors = _plan_key(name, input, target, args, kwargs, use_autogen, legacy)
+            try:
+                plan = _PLANS.get(key) if key is not None else None
+            except TypeError:  # an unhashable argument value
+                key = plan = None
+            if plan is not None and not (name in AUTOCAST_FP32 and torch.is_autocast_enabled("cpu")) \
+                    and not _transformed(tensors) and not _small(name, input, target):
+                return plan.run(tensors)
         if _ops.compiling():  # torch.compile / torch.export: one autogen::call of the graph
             return _ops.loss(name, params, (input, target) + args, kwargs, use_autogen)
         if name in AUTOCAST_FP32 and torch.is_autocast_enabled("cpu"):
             input, target, args, kwargs = _autocast_fp32(name, input, target, args, kwargs)
+            plain = False  # the cast arguments: not the call's own
         if _state.tracing:  # inside an @autogen_loss trace: our decomposition, inlined into the caller's graph
             if not inline.active():
                 return torch_fn(input, target, *args, **kwargs)
@@ -189,7 +313,20 @@ def _small_to_torch(fn):
         if _transformed((input, target)):  # torch.func / forward-mode AD: torch's own loss, recorded
             return _torch_fallback(name, torch_fn(input, target, *args, **kwargs), "torch.func or forward-mode AD")
         if not _small(name, input, target):
-            return fn(input, target, *args, use_autogen=use_autogen, **kwargs)
+            outer = _captured()
+            if outer is not None:  # a loss inside a loss's own call: the outer call is not replayed
+                outer.ok = False
+            if not plain or key is None or len(_PLANS) >= _PLANS_MAX:
+                return fn(input, target, *args, use_autogen=use_autogen, **kwargs)
+            cap = _capturing.cur = _Capture()
+            try:
+                out = fn(input, target, *args, use_autogen=use_autogen, **kwargs)
+            finally:
+                _capturing.cur = outer
+            plan = _plan_of(cap, tensors, out)
+            if plan is not None:
+                _PLANS[key] = plan
+            return out
         out = torch_fn(input, target, *args, **kwargs)
         return _torch_ran(name, input, out) if _state.recorders else out
 
@@ -246,12 +383,20 @@ def _execute(prob, tensors, use_autogen, handwritten, shape):
     output's shape for reduction='none')."""
     if _state.tracing and inline.active():
         return inline.emit(prob, tensors, shape)
-    return execute(prob, tensors, use_autogen, handwritten)
+    out = execute(prob, tensors, use_autogen, handwritten)
+    cap = _captured()
+    if cap is not None:
+        cap.execs.append((prob, tensors, use_autogen, handwritten, out))
+    return out
 
 
 def _finish(out, reduction, shape, dtype):
-    out = out if reduction != "none" else out.view(shape)
-    return out if out.dtype == dtype else out.to(dtype)
+    done = out if reduction != "none" else out.view(shape)
+    done = done if done.dtype == dtype else done.to(dtype)
+    cap = _captured()
+    if cap is not None:
+        cap.finish = (out, (reduction, shape, dtype), done)
+    return done
 
 
 def _no_grad_weights(op, **tensors):
@@ -368,8 +513,8 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
         if weight.shape != input.shape:
             raise RuntimeError(f"The size of tensor weight {tuple(weight.shape)} must match input "
                                f"{tuple(input.shape)}")
-    _check_unit_interval(input, "input")
-    _check_unit_interval(target, "target")
+    _check(_check_unit_interval, input, "input")
+    _check(_check_unit_interval, target, "target")
     dtype, cdt = input.dtype, _compute_dtype(input.dtype)
     tensors = [_canon(t, cdt) for t in (input, target, weight) if t is not None]
     n = input.numel()
@@ -533,7 +678,7 @@ def _class_loss(op, input, target, weight, ignore_index, reduction, label_smooth
         if C == 0 and target.numel():
             raise IndexError(f"Target {int(target.reshape(-1)[0])} is out of bounds.")
         R = target.numel()
-        tensors = [x, _check_targets(target, C, ignore_index)] + w
+        tensors = [x, _check(_check_targets, target, C, ignore_index)] + w
         params["ignore_index"] = ignore_index
         if op == "nll_loss":
             graph = D.nll_loss(reduction, weight is not None)
@@ -602,6 +747,11 @@ def _check_reduction(reduction, message="{} is not a valid value for reduction")
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
+def _check_nonnegative(var):
+    if torch.any(var < 0):
+        raise ValueError("var has negative entry/entries")
+
+
 @_small_to_torch
 def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean", *, use_autogen=False):
     if isinstance(var, float):
@@ -610,8 +760,8 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"
         var = var * torch.ones_like(input)
     elif _state.tracing and inline.active():
         inline.defer("nonnegative", var)
-    elif torch.any(var < 0):
-        raise ValueError("var has negative entry/entries")
+    else:
+        _check(_check_nonnegative, var)
     if var.size() != input.size():
         if input.size()[:-1] == var.size():
             var = var.unsqueeze(-1)
@@ -704,6 +854,13 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
                 reduction, shape[:-1], dtype)
 
 
+def _check_margin_targets(target, C):
+    if target.numel():
+        t = target.detach().reshape(-1)
+        if bool(((t < 0) | (t >= C)).any()):
+            raise RuntimeError("target out of range")
+
+
 @_small_to_torch
 def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=None, reduce=None,
                       reduction="mean", *, use_autogen=False):
@@ -735,10 +892,8 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
         _no_grad_weights("multi_margin_loss", weight=weight)
     if _state.tracing and inline.active():
         inline.defer("margin_targets", target, C)
-    elif target.numel():
-        t = target.detach().reshape(-1)
-        if bool(((t < 0) | (t >= C)).any()):
-            raise RuntimeError("target out of range")
+    else:
+        _check(_check_margin_targets, target, C)
     dtype = input.dtype
     tensors = [_canon(input, dtype), target.reshape(-1).contiguous()]
     if weight is not None:
