@@ -181,10 +181,10 @@ _SIMPLE = frozenset((type(None), bool, int, float, str))
 
 
 class _Capture:
-    __slots__ = ("execs", "checks", "finish", "ok")
+    __slots__ = ("execs", "checks", "finish", "ok", "derived")
 
     def __init__(self):
-        self.execs, self.checks, self.finish, self.ok = [], [], None, True
+        self.execs, self.checks, self.finish, self.ok, self.derived = [], [], None, True, {}
 
 
 _capturing = threading.local()
@@ -241,20 +241,28 @@ def _plan_key(name, input, target, args, kwargs, use_autogen, legacy):
 
 
 class _Plan:
-    """A signature's replay: the checks (each on call tensor `at`), the execute() on call tensors `slots`,
-    the finish."""
-    __slots__ = ("checks", "prob", "slots", "use_autogen", "handwritten", "finish")
+    """A signature's replay: the checks (each on a tensor recipe), the execute() on the tensors of `recipes`,
+    the finish. A recipe is a call tensor's index, or (fn, recipe, extra): fn(that tensor, *extra), the
+    expand or dtype conversion the first call made."""
+    __slots__ = ("checks", "prob", "recipes", "use_autogen", "handwritten", "finish")
 
-    def __init__(self, checks, prob, slots, use_autogen, handwritten, finish):
-        self.checks, self.prob, self.slots = checks, prob, slots
+    def __init__(self, checks, prob, recipes, use_autogen, handwritten, finish):
+        self.checks, self.prob, self.recipes = checks, prob, recipes
         self.use_autogen, self.handwritten, self.finish = use_autogen, handwritten, finish
 
     def run(self, tensors):
         for fn, at, extra in self.checks:
-            fn(tensors[at], *extra)
-        out = execute(self.prob, [tensors[i] for i in self.slots], self.use_autogen, self.handwritten)
+            fn(_made(at, tensors), *extra)
+        out = execute(self.prob, [_made(r, tensors) for r in self.recipes], self.use_autogen, self.handwritten)
         finish = self.finish
         return out if finish is None else _finish(out, *finish)
+
+
+def _made(recipe, tensors):
+    if type(recipe) is int:
+        return tensors[recipe]
+    fn, source, extra = recipe
+    return fn(_made(source, tensors), *extra)
 
 
 def _plan_of(cap, tensors, result):
@@ -263,9 +271,19 @@ def _plan_of(cap, tensors, result):
         return None
     prob, handed, use_autogen, handwritten, out = cap.execs[0]
     where = {id(t): i for i, t in enumerate(tensors)}
-    slots = tuple(where.get(id(t)) for t in handed)
-    checks = tuple((fn, where.get(id(t)), extra) for fn, t, extra in cap.checks)
-    if None in slots or any(at is None for _, at, _ in checks):
+
+    def recipe(t):
+        at = where.get(id(t))
+        if at is not None:
+            return at
+        step = cap.derived.get(id(t))
+        if step is None:
+            return None
+        source = recipe(step[2])
+        return None if source is None else (step[1], source, step[3])
+    recipes = tuple(recipe(t) for t in handed)
+    checks = tuple((fn, recipe(t), extra) for fn, t, extra in cap.checks)
+    if None in recipes or any(at is None for _, at, _ in checks):
         return None
     finish = None
     if cap.finish is not None:
@@ -275,7 +293,7 @@ def _plan_of(cap, tensors, result):
         finish = args
     elif result is not out:
         return None
-    return _Plan(checks, prob, slots, use_autogen, handwritten, finish)
+    return _Plan(checks, prob, recipes, use_autogen, handwritten, finish)
 
 
 def _small_to_torch(fn):
@@ -371,6 +389,19 @@ def _canon(t, dtype):
     out = t.to(dtype) if t.dtype != dtype else t
     out = _contiguous(out)
     out._autogen_src = t
+    return _derived(out, _canon, t, dtype)
+
+
+def _expand(t, shape):
+    """t.expand(shape); t itself where it has that shape."""
+    return t if t.shape == shape else _derived(t.expand(shape), _expand, t, shape)
+
+
+def _derived(out, fn, t, *extra):
+    """`out` = fn(t, *extra), which a plan replays (see _Capture)."""
+    cap = _captured()
+    if cap is not None:
+        cap.derived[id(out)] = (out, fn, t, extra)
     return out
 
 
@@ -439,7 +470,7 @@ def _pointwise(name, input, target, reduction, weight, use_autogen, **params):
     cdt = _compute_dtype(dtype)
     tensors = [_canon(xb, cdt), _canon(tb, cdt)]
     if weight is not None:
-        tensors.append(_canon(weight.expand(xb.shape), cdt))
+        tensors.append(_canon(_expand(weight, xb.shape), cdt))
     n = xb.numel()
     graph = D.pointwise(name, "none" if reduction == "none" else ("mean" if reduction == "mean" else "sum"),
                         weight is not None)
@@ -509,7 +540,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
             raise RuntimeError(f"Found dtype {_tname(other.dtype)} but expected {_tname(input.dtype)}")
     _no_grad_weights("binary_cross_entropy", weight=weight)
     if weight is not None:
-        weight = weight.expand(broadcast_shapes(target.size(), weight.size()))
+        weight = _expand(weight, broadcast_shapes(target.size(), weight.size()))
         if weight.shape != input.shape:
             raise RuntimeError(f"The size of tensor weight {tuple(weight.shape)} must match input "
                                f"{tuple(input.shape)}")
@@ -543,7 +574,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
         raise RuntimeError(f"output with shape {list(shape)} doesn't match the broadcast shape")
     cdt = _compute_dtype(dtype)
     tensors = [_canon(input, cdt), _canon(target, cdt)]
-    tensors += [_canon(t.expand(shape), cdt) for t in extra]
+    tensors += [_canon(_expand(t, shape), cdt) for t in extra]
     n = input.numel()
     graph = D.binary_cross_entropy_with_logits(reduction, weight is not None, pos_weight is not None)
     prob = Problem(graph, n, 0, 0, cdt, {"scale": _scale(n) if reduction == "mean" else 1.0})
@@ -732,7 +763,7 @@ def _flat(op, tensors, use_autogen, reduction, graph, params, scale_count=None):
     """Elementwise losses: broadcast all tensors (torch's result dtype), flatten, run."""
     shape, dtype = _broadcast(op, tensors)
     cdt = _compute_dtype(dtype)
-    flat = [_canon(t.expand(shape), cdt) for t in tensors]
+    flat = [_canon(_expand(t, shape), cdt) for t in tensors]
     n = flat[0].numel()
     count = n if scale_count is None else scale_count
     params = dict(params, scale=_scale(count) if reduction in ("mean", "batchmean") else 1.0)
@@ -844,11 +875,11 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
             input, target, weight, reduction=reduction), "inputs broadcast beyond the input's dimensions")
     cdt = _compute_dtype(dtype)
     R = math.prod(shape[:-1])
-    flat = [_canon(input.expand(shape), cdt), _canon(target.expand(shape), cdt)]
+    flat = [_canon(_expand(input, shape), cdt), _canon(_expand(target, shape), cdt)]
     kind = None
     if weight is not None:
         kind = "col" if all(s == 1 for s in weight.shape[:-1]) and weight.dim() and weight.size(-1) == C else "elem"
-        flat.append(_canon(weight.reshape(C) if kind == "col" else weight.expand(shape), cdt))
+        flat.append(_canon(weight.reshape(C) if kind == "col" else _expand(weight, shape), cdt))
     params = {"inv_c": 1.0 / C if C else float("nan"), "scale": _scale(R) if reduction == "mean" else 1.0}
     return _run(D.multilabel_soft_margin_loss(reduction, kind), flat, (R * C, C, R), cdt, params, use_autogen,
                 reduction, shape[:-1], dtype)
@@ -919,7 +950,7 @@ def _triplet(op, anchor, positive, negative, margin, p, eps, swap, reduction, us
         out_shape = shape[:-1]
     C = shape[-1]
     R = math.prod(out_shape)
-    flat = [_canon(t.expand(shape), cdt) for t in (anchor, positive, negative)]
+    flat = [_canon(_expand(t, shape), cdt) for t in (anchor, positive, negative)]
     kind = p if p in (1, 2) else "p"
     params = {"margin": float(margin), "eps": float(eps), "p": float(p), "scale": _scale(R) if reduction == "mean"
               else 1.0}
@@ -993,7 +1024,7 @@ def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, r
     C = shape[-1]
     tgt = target.detach().to(cdt).reshape(-1)
     tgt = (tgt if tgt.shape[0] == R else tgt.expand(R)).contiguous()  # in a trace: no expand of per-row values
-    flat = [_canon(input1.expand(shape), cdt), _canon(input2.expand(shape), cdt), tgt]
+    flat = [_canon(_expand(input1, shape), cdt), _canon(_expand(input2, shape), cdt), tgt]
     params = {"margin": float(margin), "scale": _scale(R) if reduction == "mean" else 1.0}
     return _run(D.cosine_embedding_loss(reduction), flat, (R * C, C, R), cdt, params, use_autogen, reduction,
                 shape[:-1] if td == 1 else torch.Size(), dtype)

@@ -8,7 +8,7 @@ import torch.nn.functional as TF
 import autogen
 from autogen import corpus, executor
 from autogen import functional as AF
-from cases import DTYPES, assert_matches, compare, magnitude
+from cases import CASES, DTYPES, assert_matches, compare, magnitude
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -107,3 +107,79 @@ def test_create_graph_after_an_input_changed_in_place_raises_as_torch():
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             torch.autograd.grad(out, [x], create_graph=True)
     assert {(c.path, c.fused) for c in rec.calls} == {("autogen", True)}  # ours, the last one
+
+
+# -- call plans: the first plain call of a signature records what it ran; later calls replay it ----------
+_UNPLANNED = {"multi_margin_loss", "cosine_embedding_loss"}  # their targets are reshaped: validated per call
+
+
+def _planned_runs(monkeypatch):
+    runs = []
+    run = AF._Plan.run
+    monkeypatch.setattr(AF._Plan, "run", lambda self, tensors: runs.append(self) or run(self, tensors))
+    return runs
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case,reduction", [(c, r) for c in CASES for r in c.reductions],
+                         ids=[f"{c.id}-{r}" for c in CASES for r in c.reductions])
+def test_a_planned_call_matches_torch(case, reduction, dtype, monkeypatch):
+    """Every loss case, called twice with fresh tensors of one signature: the second call replays the
+    first's plan (where the first made one) and matches torch, values and gradients."""
+    args, kwargs = case.build(dtype)
+    kwargs = dict(kwargs, reduction=reduction)
+    ours = lambda *a: getattr(AF, case.name)(*a, **kwargs, use_autogen=True)  # noqa: E731
+    theirs = lambda *a: getattr(TF, case.name)(*a, **kwargs)  # noqa: E731
+    monkeypatch.setattr(AF, "_PLANS", {})
+    compare(ours, theirs, args, paths=["autogen", "handwritten"])
+    runs = _planned_runs(monkeypatch)
+    compare(ours, theirs, args, paths=["autogen", "handwritten"])
+    assert len(runs) == len(AF._PLANS) <= 1
+    if case.name not in _UNPLANNED and case.label not in ("var-one-fewer-dim", "weight") \
+            or case.name in ("mse_loss", "l1_loss", "huber_loss", "cross_entropy", "nll_loss"):
+        assert runs, "the second call of a signature did not replay its plan"
+
+
+@pytest.mark.parametrize("name,args,error", [
+    ("cross_entropy", lambda bad: (torch.randn(4, 5), torch.tensor([0, 1, bad, 2])), IndexError),
+    ("nll_loss", lambda bad: (torch.randn(4, 5), torch.tensor([0, 1, bad, 2])), IndexError),
+    ("binary_cross_entropy", lambda bad: (torch.rand(4, 5).index_fill_(1, torch.tensor([2]), bad / 3),
+                                          torch.rand(4, 5)), RuntimeError),
+    ("gaussian_nll_loss", lambda bad: (torch.randn(4, 5), torch.randn(4, 5), torch.rand(4, 5) - float(bad > 4)),
+     ValueError),
+])
+def test_a_planned_call_still_checks_values(name, args, error, monkeypatch):
+    """A plan replays the value checks of its first call: a bad target or input on a planned signature
+    raises torch's error."""
+    monkeypatch.setattr(AF, "_PLANS", {})
+    fn = getattr(AF, name)
+
+    def make(bad):
+        return [a.requires_grad_(i == 0) for i, a in enumerate(args(bad))]
+    fn(*make(3), use_autogen=True).backward()
+    runs = _planned_runs(monkeypatch)
+    fn(*make(3), use_autogen=True).backward()
+    assert len(runs) == 1
+    bad = make(7)
+    with pytest.raises(error):
+        getattr(TF, name)(*bad)
+    with pytest.raises(error):
+        fn(*bad, use_autogen=True)
+    assert len(runs) == 2
+
+
+def test_a_call_of_another_layout_or_gradient_need_is_not_replayed(monkeypatch):
+    """A non-contiguous input of a planned shape takes the full path; a different requires_grad is
+    another signature, with the gradients it needs."""
+    monkeypatch.setattr(AF, "_PLANS", {})
+    x, t = torch.randn(6, 7, dtype=torch.float64), torch.randn(6, 7, dtype=torch.float64)
+    fn = lambda a, b: AF.huber_loss(a, b, use_autogen=True)  # noqa: E731
+    compare(fn, TF.huber_loss, [x.requires_grad_(), t], paths=["autogen"], fused=True)
+    runs = _planned_runs(monkeypatch)
+    xt = torch.randn(7, 6, dtype=torch.float64).t()
+    compare(fn, TF.huber_loss, [xt.requires_grad_(), t], paths=["autogen"], fused=True)
+    assert not runs
+    compare(fn, TF.huber_loss, [x.detach(), t.requires_grad_()], paths=["autogen"], fused=True)
+    assert not runs and len(AF._PLANS) == 2
+    compare(fn, TF.huber_loss, [x.detach(), t.requires_grad_()], paths=["autogen"], fused=True)
+    assert len(runs) == 1
