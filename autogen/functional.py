@@ -520,10 +520,24 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None, *, use_a
 def _check_unit_interval(x, what):
     if _state.tracing and inline.active():
         return inline.defer("unit_interval", x, what)
-    if x.numel():
+    if not x.numel():
+        return
+    if x.dtype in (torch.float32, torch.float64) and x.is_contiguous():  # one pass, no torch op (~5 us less)
+        a = x.detach().numpy()
+        inside = _inside_unit(a if a.ndim == 1 else a.reshape(-1))
+    else:
         lo, hi = torch.aminmax(x.detach())
-        if not (lo >= 0 and hi <= 1):  # NaN fails too, as in torch
-            raise RuntimeError(f"all elements of {what} should be between 0 and 1")
+        inside = lo >= 0 and hi <= 1
+    if not inside:  # NaN fails too, as in torch
+        raise RuntimeError(f"all elements of {what} should be between 0 and 1")
+
+
+@numba.njit(nogil=True, cache=True)
+def _inside_unit(a):
+    for i in range(a.size):
+        if not (a[i] >= 0 and a[i] <= 1):
+            return False
+    return True
 
 
 @_small_to_torch

@@ -1332,7 +1332,9 @@ def _run(traced, tensors):
         if bad >= 0:
             raise RuntimeError(f"index {int(idx[bad])} is out of bounds for dimension 1 with size {C}")
         args.append(idx)
-    prob = Problem(traced.graph, n, C, R, cdt, dict(traced.params))
+    prob = traced.__dict__.get("prob")
+    if prob is None:  # one problem per trace (its dims and params are the trace's): launches bind to it once
+        prob = traced.prob = Problem(traced.graph, n, C, R, cdt, dict(traced.params))
     out = execute(prob, args, True, fallback=False)  # a failure runs the module eagerly (autogen_loss)
     if out.shape != traced.out_shape:
         out = out.reshape(traced.out_shape)
@@ -1356,6 +1358,9 @@ def _signature(module, tensors):
             _tensor_state(module), autocast)
 
 
+_MODULE_INTERNALS = frozenset(k for k in vars(torch.nn.Module()) if k.startswith("_"))
+
+
 def _tensor_state(module, sub=False):
     """The tensors a module and its submodules hold, by identity (with requires_grad, shape and dtype):
     a trace reads them as kernel inputs, so a new tensor in an attribute traces again. Also the string
@@ -1367,6 +1372,8 @@ def _tensor_state(module, sub=False):
             if v is not None:
                 out.append((k, id(v), v.requires_grad, v.shape, v.dtype))
     for k, v in vars(module).items():
+        if k in _MODULE_INTERNALS:  # torch.nn.Module's own bookkeeping (hooks, parameter dicts)
+            continue
         kind = type(v)
         if kind is float or kind is int or kind is bool or kind is str:
             if sub or kind is str or k[0] != "_":

@@ -195,25 +195,36 @@ class CrossEntropy(_Engine):
 
     def run(self, tensors, needs):
         prob = self.prob
-        F = _NP[prob.dtype]
         x, t = tensors[0], tensors[1]
-        w = tensors[2] if len(tensors) > 2 else _ones(prob.C, prob.dtype)
+        weighted = len(tensors) > 2
+        # kernel, block split and unweighted class weights per problem, dtypes and grad need: found once
+        key = (needs[0], x.dtype, tensors[2].dtype if weighted else None)
+        hit = prob.__dict__.get("_ce")
+        if hit is None or hit[0] != key:
+            F = _NP[prob.dtype]
+            w = tensors[2] if weighted else _ones(prob.C, prob.dtype)
+            rows = _ce_rows(F, needs[0], _LOAD.get(x.dtype, _same), _LOAD.get(w.dtype, _same), _STORE.get(x.dtype))
+            rb = max(1, _BLOCK // max(prob.C, 1))
+            ones = None if weighted else (_arr(w), _arr(w.float()) if w.dtype in _LOAD else _arr(w))
+            hit = prob._ce = (key, F, rows, self._graphs[prob.graph] == "mean", rb, -(-prob.R // rb), ones)
+        F, rows, mean, rb, blocks, ones = hit[1:]
         R, C, ignore = prob.R, prob.C, prob.params["ignore_index"]
         grad = _empty(x, needs[0])
-        rows = _ce_rows(F, grad is not None, _LOAD.get(x.dtype, _same), _LOAD.get(w.dtype, _same), _STORE.get(x.dtype))
-        mean = self._graphs[prob.graph] == "mean"
-        xa, ta, wa = _arr(x), _arr(t), _arr(w)
+        ta = _flat_np(t)
+        if ones is None:
+            w = tensors[2]
+            wa = _flat_np(w)
+            wd = _flat_np(w.float()) if w.dtype in _LOAD else wa  # the denominator's weights in float32
+        else:
+            wa, wd = ones
         # 'mean' divides by the weight sum, found first (a pass over R targets) so that the gradient
         # is written scaled; 'sum' multiplies by the graph's param scale (1)
-        wd = _arr(w.float()) if w.dtype in _LOAD else wa  # the denominator's weights in float32
         denom = _ce_denominator(ta, wd, ignore) if mean else 1.0 / prob.params["scale"]
         gscale = F(_ratio(1.0, float(denom)))  # inf for 0: NaN gradients, as torch's
-        rb = max(1, _BLOCK // max(C, 1))
-        blocks = -(-R // rb)
         part = np.empty(blocks, dtype=np.float64)
-        split_run(rows, blocks, (xa, ta, wa, ignore, C, rb, gscale, _arr(grad, F), part),
-                  work=R * C)
-        loss = _ratio(float(part.sum()), float(denom))
+        split_run(rows, blocks, (_flat_np(x), ta, wa, ignore, C, rb, gscale, _none(F) if grad is None else
+                                 _flat_np(grad), part), work=R * C)
+        loss = _ratio(float(part[0] if blocks == 1 else part.sum()), float(denom))
         return _scalar(loss, F), [grad] + [None] * (len(tensors) - 1)
 
 
