@@ -1188,9 +1188,18 @@ def _transformed(tensors):
     return _fwad._current_level >= 0 and any(_fwad.unpack_dual(t).tangent is not None for t in tensors)
 
 
-def execute(prob, tensors, use_autogen, handwritten=None, fallback=True):
+def run_engine(engine, tensors, differentiable):
+    """A fused engine execute() picked for an earlier call of one signature (`keep`), run again."""
+    ts = tensors if engine.low_precision else widened(engine.prob, tensors)
+    if differentiable:
+        return _apply(engine, *ts)
+    return engine.forward(ts, (False,) * len(ts))[0]
+
+
+def execute(prob, tensors, use_autogen, handwritten=None, fallback=True, keep=None):
     """Pick the path for this loss call under the policy, run it, record it. `fallback=False`: an
-    engine error is raised (the caller has its own fallback)."""
+    engine error is raised (the caller has its own fallback). `keep`: a fused engine that ran is
+    remembered there (keep.engine, .policy, .differentiable), for run_engine."""
     if observers:
         _capture(prob)
     if _transformed(tensors):
@@ -1221,7 +1230,10 @@ def execute(prob, tensors, use_autogen, handwritten=None, fallback=True):
         return eng.forward(ts, (False,) * len(ts))[0]  # skip autograd's bookkeeping
 
     try:
-        return run(engine)
+        out = run(engine)
+        if keep is not None and engine.fused and engine.path != "fallback":
+            keep.engine, keep.policy, keep.differentiable = engine, _policy.get_policy(), differentiable
+        return out
     except ScheduleError as exc:  # a gradient the fused schedule cannot express (a weight's, say)
         if _policy.get_strict() or not fallback:
             raise

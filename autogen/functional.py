@@ -17,7 +17,8 @@ from . import decompositions as D
 from . import inline
 from . import ops as _ops
 from .codegen import _ENV
-from .executor import Problem, _transformed, contiguous as _contiguous, execute, handwritten_for
+from . import executor as _executor
+from .executor import Problem, _transformed, contiguous as _contiguous, execute, handwritten_for, run_engine
 from .policies import _local as _state, calm, get_policy, note, recording
 
 LOSSES = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
@@ -244,16 +245,30 @@ class _Plan:
     """A signature's replay: the checks (each on a tensor recipe), the execute() on the tensors of `recipes`,
     the finish. A recipe is a call tensor's index, or (fn, recipe, extra): fn(that tensor, *extra), the
     expand or dtype conversion the first call made."""
-    __slots__ = ("checks", "prob", "recipes", "use_autogen", "handwritten", "finish")
+    __slots__ = ("checks", "prob", "recipes", "use_autogen", "handwritten", "finish", "engine", "policy",
+                 "differentiable")
 
     def __init__(self, checks, prob, recipes, use_autogen, handwritten, finish):
         self.checks, self.prob, self.recipes = checks, prob, recipes
         self.use_autogen, self.handwritten, self.finish = use_autogen, handwritten, finish
+        self.engine = self.policy = None
 
     def run(self, tensors):
         for fn, at, extra in self.checks:
             fn(_made(at, tensors), *extra)
-        out = execute(self.prob, [_made(r, tensors) for r in self.recipes], self.use_autogen, self.handwritten)
+        ts = [_made(r, tensors) for r in self.recipes]
+        out = None
+        # the engine the last call ran, while the policy is the same; anything it raises goes through
+        # execute(), which falls back or raises as it decides
+        if self.engine is not None and self.policy == get_policy():
+            if _executor.observers:  # explain() listening
+                _executor._capture(self.prob)
+            try:
+                out = run_engine(self.engine, ts, self.differentiable)
+            except Exception:  # noqa: BLE001
+                self.engine = None
+        if out is None:
+            out = execute(self.prob, ts, self.use_autogen, self.handwritten, keep=self)
         finish = self.finish
         return out if finish is None else _finish(out, *finish)
 
