@@ -34,3 +34,30 @@ def test_corpus_loss_is_fused_and_matches_eager(entry, dtype):
 
 def test_corpus_has_at_least_25_losses():
     assert len({e.cls for e in CORPUS}) >= 25
+
+
+@pytest.mark.parametrize("entry", CORPUS, ids=lambda e: e.cls.__name__)
+def test_a_second_call_reruns_the_engine_of_the_first(entry, monkeypatch):
+    """The second call of a signature runs the fused engine the first call's execute() picked (no choice
+    or engine built again) and still matches eager; a call under another policy chooses again."""
+    from autogen import tracing
+    monkeypatch.setattr(entry.cls, "_autogen_traces", {}, raising=False)  # traces of other tests: not here
+    ran = []
+    run_engine = tracing.run_engine
+    monkeypatch.setattr(tracing, "run_engine", lambda *a: ran.append(a[0]) or run_engine(*a))
+    module, ref_module = entry.cls(use_autogen=True), entry.cls()
+    tol = tolerances(torch.float64)
+    for k, pol in enumerate(("aggressive", "aggressive", "medium")):
+        args = make(entry.kind, torch.float64, 12, 9)
+        eager_in = [a.clone().requires_grad_(i in entry.diff) for i, a in enumerate(args)]
+        ours_in = [a.clone().requires_grad_(i in entry.diff) for i, a in enumerate(args)]
+        ref = ref_module(*eager_in)
+        want = torch.autograd.grad(ref, [eager_in[i] for i in entry.diff])
+        with autogen.policy(pol), autogen.record() as rec:
+            out = module(*ours_in)
+            got = torch.autograd.grad(out, [ours_in[i] for i in entry.diff])
+        assert [(c.path, c.fused) for c in rec.calls] == [("autogen", True)] * 2
+        assert len(ran) == (k >= 1), "the second call did not rerun the first call's engine, or the third did"
+        torch.testing.assert_close(out, ref, **tol)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, **tol)
