@@ -19,7 +19,7 @@ from numba import njit
 from autogen import decompositions as D
 from autogen import mathlib
 from autogen.codegen import _MATHLIB
-from autogen.executor import _flat_np, pooled_like, scale_grads, split_run
+from autogen.executor import _NP_OUT, _POOL_MIN, _flat_np, pooled_like, scale_grads, split_run
 from autogen.ir import SCALAR
 from autogen.policies import note
 
@@ -165,8 +165,18 @@ def _scalar(value, F):
     return torch.from_numpy(np.array(value, F))
 
 
-def _empty(like, need):
-    return pooled_like(like) if need else None  # the pool: a fresh 16 MB output page-faults
+def _empty(like, need, none):
+    """(an uninitialized tensor like `like`, its flat numpy view) if `need`, else (None, `none`): small ones
+    from numpy (its flat array handed to the kernel as it is), large ones from the pool (a fresh 16 MB
+    output page-faults)."""
+    if not need:
+        return None, none
+    npdt = _NP_OUT.get(like.dtype)
+    if npdt is not None and like.numel() * like.dtype.itemsize < _POOL_MIN:
+        a = np.empty(like.numel(), npdt)
+        return torch.from_numpy(a.reshape(like.shape)), a
+    t = pooled_like(like)
+    return t, _flat_np(t)
 
 
 @functools.lru_cache(maxsize=None)
@@ -209,7 +219,7 @@ class CrossEntropy(_Engine):
             hit = prob._ce = (key, F, rows, self._graphs[prob.graph] == "mean", rb, -(-prob.R // rb), ones)
         F, rows, mean, rb, blocks, ones = hit[1:]
         R, C, ignore = prob.R, prob.C, prob.params["ignore_index"]
-        grad = _empty(x, needs[0])
+        grad, ga = _empty(x, needs[0], _none(F))
         ta = _flat_np(t)
         if ones is None:
             w = tensors[2]
@@ -222,8 +232,7 @@ class CrossEntropy(_Engine):
         denom = _ce_denominator(ta, wd, ignore) if mean else 1.0 / prob.params["scale"]
         gscale = F(_ratio(1.0, float(denom)))  # inf for 0: NaN gradients, as torch's
         part = np.empty(blocks, dtype=np.float64)
-        split_run(rows, blocks, (_flat_np(x), ta, wa, ignore, C, rb, gscale, _none(F) if grad is None else
-                                 _flat_np(grad), part), work=R * C)
+        split_run(rows, blocks, (_flat_np(x), ta, wa, ignore, C, rb, gscale, ga, part), work=R * C)
         loss = _ratio(float(part[0] if blocks == 1 else part.sum()), float(denom))
         return _scalar(loss, F), [grad] + [None] * (len(tensors) - 1)
 
@@ -251,10 +260,9 @@ class MSE(_Engine):
                                  _STORE.get(x.dtype, _same), _STORE.get(y.dtype, _same))
             hit = prob._mse = (key, F, kernel, F(2.0 * prob.params["scale"]), -(-prob.n // _BLOCK), _none(F))
         F, kernel, c, blocks, none = hit[1:]
-        gx, gy = _empty(x, needs[0]), _empty(y, needs[1])
+        (gx, gxa), (gy, gya) = _empty(x, needs[0], none), _empty(y, needs[1], none)
         part = np.empty(blocks, dtype=np.float64)
-        split_run(kernel, blocks, (_flat_np(x), _flat_np(y), c, none if gx is None else _flat_np(gx),
-                                   none if gy is None else _flat_np(gy), part), work=prob.n)
+        split_run(kernel, blocks, (_flat_np(x), _flat_np(y), c, gxa, gya, part), work=prob.n)
         total = part[0] if blocks == 1 else part.sum()  # one block: its partial is the sum
         return _scalar(total * prob.params["scale"], F), [gx, gy]
 
