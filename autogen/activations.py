@@ -204,6 +204,9 @@ def _torch_op(name, why, fn, *args, **kwargs):
     return out
 
 
+_PROBLEMS = {}  # a call's signature -> its Problem
+
+
 @functools.lru_cache(maxsize=None)
 def graph(name, variant=None):
     """The LossGraph of a nonlinearity (variant: gelu's approximate, prelu's weight layout)."""
@@ -283,7 +286,12 @@ def run(name, input, inplace=False, variant=None, **options):
     x = _stored(src, cdt).contiguous()
     params = {k: float(v) for k, v in options.items()}
     params["approximate"] = variant
-    prob = Problem(graph(name, variant), x.numel(), 0, 0, cdt, params)
+    key = (name, variant, x.numel(), cdt, *params.items())
+    prob = _PROBLEMS.get(key)
+    if prob is None:  # one problem per signature: its kernel launch and fused plan bind to it once
+        prob = Problem(graph(name, variant), x.numel(), 0, 0, cdt, params)
+        if len(_PROBLEMS) < 4096:
+            _PROBLEMS[key] = prob
     if tracing:  # inside an @autogen_loss trace: our decomposition, inlined into the caller's graph
         return inline.emit(prob, [x], input.shape).to(input.dtype)
     hw = handwritten_for("NONLINEAR", name, prob)
