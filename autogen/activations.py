@@ -286,11 +286,11 @@ def run(name, input, inplace=False, variant=None, **options):
     x = _stored(src, cdt).contiguous()
     params = {k: float(v) for k, v in options.items()}
     params["approximate"] = variant
-    key = (name, variant, x.numel(), cdt, *params.items())
+    key = None if tracing else (name, variant, x.numel(), cdt, *params.items())  # a trace's sizes: symbolic
     prob = _PROBLEMS.get(key)
     if prob is None:  # one problem per signature: its kernel launch and fused plan bind to it once
         prob = Problem(graph(name, variant), x.numel(), 0, 0, cdt, params)
-        if len(_PROBLEMS) < 4096:
+        if key is not None and len(_PROBLEMS) < 4096:
             _PROBLEMS[key] = prob
     if tracing:  # inside an @autogen_loss trace: our decomposition, inlined into the caller's graph
         return inline.emit(prob, [x], input.shape).to(input.dtype)

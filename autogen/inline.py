@@ -146,6 +146,21 @@ def route():
 
 
 # -- value checks, on the real tensors before the kernel -------------------------------------------
+_SCALARS = {}
+
+
+def scalar_tensor(value):
+    """torch.tensor(value), made once per value and type (~2 us a call; the torch ops reading it never
+    write it)."""
+    key = (type(value), value)
+    t = _SCALARS.get(key)
+    if t is None:
+        t = torch.tensor(value)
+        if len(_SCALARS) < 4096:
+            _SCALARS[key] = t
+    return t
+
+
 def evaluate(node, values, params, dims, mode):
     """`node` computed in torch from `values` (input name -> flat tensor as the kernel takes it)."""
     n, C, R = dims
@@ -161,9 +176,9 @@ def evaluate(node, values, params, dims, mode):
         if x.op == "input":
             val = values[x.attr].reshape(layout(x.level))
         elif x.op == "const":
-            val = torch.tensor(x.attr)
+            val = scalar_tensor(x.attr)
         elif x.op == "param":
-            val = torch.tensor(params[x.attr])
+            val = scalar_tensor(params[x.attr])
         elif x.op == "iota":
             val = torch.arange(C).view(1, C)
         else:

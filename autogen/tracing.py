@@ -1264,9 +1264,9 @@ def _eval_index(node, tensors, traced):
         if n.op == "input":
             values[n.digest] = tensors[traced.sources[n.attr]].detach().reshape(-1)
         elif n.op == "const":
-            values[n.digest] = torch.tensor(n.attr)
+            values[n.digest] = inline.scalar_tensor(n.attr)
         elif n.op == "param":
-            values[n.digest] = torch.tensor(traced.params[n.attr])
+            values[n.digest] = inline.scalar_tensor(traced.params[n.attr])
         else:
             values[n.digest] = PRIMS[n.op].torch(*[values[a.digest] for a in n.args])
     return values[node.digest].reshape(-1).long()
@@ -1294,8 +1294,14 @@ def _expanded(t, how, base):
 def _run_checks(traced, tensors):
     """The value checks of the trace's inlined losses (torch's errors: a class index out of range, a negative
     var), on the inputs as the kernel takes them, before any kernel runs."""
+    used = traced.__dict__.get("check_inputs")
+    if used is None:  # the inputs the checks read (a class target, not the logits): only those are prepared
+        used = traced.check_inputs = {n.attr for _, node, _ in traced.checks for n in order_of(node)
+                                      if n.op == "input"}
     values = {}
     for node, i, how in traced.all_inputs:
+        if node.attr not in used:
+            continue
         t = tensors[i].detach()
         if node.kind == "f":
             t = t.to(traced.cdt)
