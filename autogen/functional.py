@@ -35,23 +35,21 @@ _LOW = (torch.float16, torch.bfloat16)
 # the 'aggressive' policy ignores them, and AUTOGEN_SMALL_ELEMENTS=N sets one value for all losses.
 # NLL writes the same gradient torch does: its fused kernel wins only where torch's gradient is new
 # memory on every call.
-SMALL_ELEMENTS = {"mse_loss": 1 << 17, "l1_loss": 1 << 15, "smooth_l1_loss": 1 << 19, "huber_loss": 1 << 19,
-                  "binary_cross_entropy": 1 << 13, "binary_cross_entropy_with_logits": 1 << 15,
-                  "cross_entropy": 1 << 19, "nll_loss": 1 << 23, "gaussian_nll_loss": 1 << 13,
-                 "hinge_embedding_loss": 1 << 13, "kl_div": 1 << 14, "margin_ranking_loss": 1 << 15,
-                 "multilabel_soft_margin_loss": 1 << 10, "multi_margin_loss": 1 << 15, "poisson_nll_loss": 1 << 15,
-                 "triplet_margin_loss": 1 << 13, "triplet_margin_with_distance_loss": 1 << 13,
-                 "cosine_embedding_loss": 0}
+SMALL_ELEMENTS = {"mse_loss": 1 << 17, "l1_loss": 1 << 13, "smooth_l1_loss": 1 << 19, "huber_loss": 1 << 19,
+                  "binary_cross_entropy": 1 << 13, "binary_cross_entropy_with_logits": 1 << 14,
+                  "cross_entropy": 1 << 19, "nll_loss": 1 << 23, "gaussian_nll_loss": 1 << 10,
+                  "hinge_embedding_loss": 1 << 10, "kl_div": 1 << 10, "margin_ranking_loss": 1 << 10,
+                  "multilabel_soft_margin_loss": 1 << 10, "multi_margin_loss": 1 << 16, "poisson_nll_loss": 1 << 10,
+                  "triplet_margin_loss": 1 << 10, "triplet_margin_with_distance_loss": 1 << 10,
+                  "cosine_embedding_loss": 0}
 # The same for a call that needs no gradient (torch.no_grad(), or no input requires grad): the fused
 # kernel then saves only the forward's passes, so torch's kernel wins up to larger sizes, and NLL's
 # forward (a gather of one value per row) at every size. From `bench_crossover.py --fwd`: each limit is
 # the first size ours won in every run (eager's own time moves with page faults).
-SMALL_ELEMENTS_NO_GRAD = dict(SMALL_ELEMENTS, mse_loss=1 << 22, l1_loss=1 << 19, cross_entropy=1 << 20,
-                              binary_cross_entropy_with_logits=1 << 18, gaussian_nll_loss=1 << 16,
-                              nll_loss=1 << 62, margin_ranking_loss=1 << 19, multilabel_soft_margin_loss=1 << 13,
-                              multi_margin_loss=1 << 17, poisson_nll_loss=1 << 17, triplet_margin_loss=1 << 19,
-                              triplet_margin_with_distance_loss=1 << 17, cosine_embedding_loss=1 << 15,
-                              kl_div=1 << 15)
+SMALL_ELEMENTS_NO_GRAD = dict(SMALL_ELEMENTS, mse_loss=1 << 19, l1_loss=1 << 16, smooth_l1_loss=1 << 22,
+                              cross_entropy=1 << 20, binary_cross_entropy_with_logits=1 << 14, nll_loss=1 << 62,
+                              kl_div=1 << 13, margin_ranking_loss=1 << 15, multi_margin_loss=1 << 16,
+                              poisson_nll_loss=1 << 15, triplet_margin_loss=1 << 14, cosine_embedding_loss=1 << 17)
 if os.environ.get("AUTOGEN_SMALL_ELEMENTS"):
     SMALL_ELEMENTS = dict.fromkeys(SMALL_ELEMENTS, int(os.environ["AUTOGEN_SMALL_ELEMENTS"]))
     SMALL_ELEMENTS_NO_GRAD = dict(SMALL_ELEMENTS)
@@ -328,7 +326,7 @@ def _small_to_torch(fn):
                 plan = _PLANS.get(key) if key is not None else None
             except TypeError:  # an unhashable argument value
                 key = plan = None
-            if plan is not None and not (name in AUTOCAST_FP32 and torch.is_autocast_enabled("cpu")) \
+            if plan and not (name in AUTOCAST_FP32 and torch.is_autocast_enabled("cpu")) \
                     and not _transformed(tensors) and not _small(name, input, target):
                 return plan.run(tensors)
         if _ops.compiling():  # torch.compile / torch.export: one autogen::call of the graph
@@ -349,7 +347,7 @@ def _small_to_torch(fn):
             outer = _captured()
             if outer is not None:  # a loss inside a loss's own call: the outer call is not replayed
                 outer.ok = False
-            if not plain or key is None or len(_PLANS) >= _PLANS_MAX:
+            if not plain or key is None or plan is False or len(_PLANS) >= _PLANS_MAX:
                 return fn(input, target, *args, use_autogen=use_autogen, **kwargs)
             cap = _capturing.cur = _Capture()
             try:
@@ -357,8 +355,8 @@ def _small_to_torch(fn):
             finally:
                 _capturing.cur = outer
             plan = _plan_of(cap, tensors, out)
-            if plan is not None:
-                _PLANS[key] = plan
+            if plan is not None or cap.ok:  # False: a signature no plan serves, not captured again
+                _PLANS[key] = plan or False
             return out
         out = torch_fn(input, target, *args, **kwargs)
         return _torch_ran(name, input, out) if _state.recorders else out

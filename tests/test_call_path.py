@@ -134,10 +134,12 @@ def test_a_planned_call_matches_torch(case, reduction, dtype, monkeypatch):
     compare(ours, theirs, args, paths=["autogen", "handwritten"])
     runs = _planned_runs(monkeypatch)
     compare(ours, theirs, args, paths=["autogen", "handwritten"])
-    assert len(runs) == len(AF._PLANS) <= 1
+    assert len(AF._PLANS) <= 1 and len(runs) == sum(1 for plan in AF._PLANS.values() if plan)
     if case.name not in _UNPLANNED and case.label not in ("var-one-fewer-dim", "weight") \
             or case.name in ("mse_loss", "l1_loss", "huber_loss", "cross_entropy", "nll_loss"):
         assert runs, "the second call of a signature did not replay its plan"
+    if case.name in _UNPLANNED:  # remembered as such: later calls are not captured again
+        assert list(AF._PLANS.values()) == [False]
 
 
 @pytest.mark.parametrize("name,args,error", [
