@@ -253,7 +253,7 @@ def _parts(k, r):
     """The kernel's scratch of per-row partial sums, reused by this thread's next call of that shape (a
     fresh one of a large batch is megabytes the allocator may map anew: page faults in every call)."""
     key = (k, r)
-    cached = getattr(_tls, "parts", None)
+    cached = _tls.parts
     if cached is None or cached[0] != key:
         cached = _tls.parts = (key, np.empty(key, dtype=np.float64))
     return cached[1]
@@ -433,14 +433,19 @@ _rates = {}          # kernel -> fastest seen seconds per element on one thread 
 _RATE_MIN = 4096     # elements: a smaller call says more about overhead than about the kernel
 
 
-_tls = threading.local()
+class _ThreadState(threading.local):
+    parts = None    # this thread's partial-sum scratch: ((count, rows), array)
+    threads = None  # numba's thread count last set on this thread
+
+
+_tls = _ThreadState()  # class defaults: a missing attribute of a threading.local raises (~1 us a call)
 
 
 def _numba_threads(want):
     """Give numba's parallel kernels `want` threads (torch's count) on this thread; remembered here,
     as numba.get_num_threads() costs ~6 us a call."""
     want = min(want, numba.config.NUMBA_NUM_THREADS)
-    if getattr(_tls, "threads", None) != want:
+    if _tls.threads != want:
         numba.set_num_threads(want)
         _tls.threads = want
     return want
