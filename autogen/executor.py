@@ -424,7 +424,7 @@ def _storage(graph, tensors):
     return codes + (out,)
 
 
-_PAR_SECONDS = 3e-4  # use threads only when one thread would take longer than this: a parallel
+_PAR_SECONDS = 5e-5  # use threads only when one thread would take longer than this: a parallel
 # launch costs more than a small kernel's whole run (docs/performance.md).
 # Generated kernels then run their prange variant, handwritten ones a prange trampoline over
 # row chunks (split_run): both on numba's threads, compiled only for such inputs.
