@@ -918,6 +918,18 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
                 reduction, shape[:-1], dtype)
 
 
+def _flat_targets(t):
+    """t as a contiguous 1-D tensor (a call plan replays it)."""
+    return _derived(t.reshape(-1).contiguous(), _flat_targets, t)
+
+
+def _row_targets(target, cdt, R):
+    """cosine_embedding_loss's targets: one per row, in the compute dtype (a call plan replays it)."""
+    tgt = target.detach().to(cdt).reshape(-1)
+    tgt = (tgt if tgt.shape[0] == R else tgt.expand(R)).contiguous()  # in a trace: no expand of per-row values
+    return _derived(tgt, _row_targets, target, cdt, R)
+
+
 def _check_margin_targets(target, C):
     if target.numel():
         t = target.detach().reshape(-1)
@@ -959,7 +971,7 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
     else:
         _check(_check_margin_targets, target, C)
     dtype = input.dtype
-    tensors = [_canon(input, dtype), target.reshape(-1).contiguous()]
+    tensors = [_canon(input, dtype), _flat_targets(target)]
     if weight is not None:
         tensors.append(_canon(weight, dtype))
     params = {"margin": float(margin), "inv_c": 1.0 / C, "scale": _scale(R) if reduction == "mean" else 1.0}
@@ -1055,8 +1067,7 @@ def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, r
         R = 1
     cdt = _compute_dtype(dtype)
     C = shape[-1]
-    tgt = target.detach().to(cdt).reshape(-1)
-    tgt = (tgt if tgt.shape[0] == R else tgt.expand(R)).contiguous()  # in a trace: no expand of per-row values
+    tgt = _row_targets(target, cdt, R)
     flat = [_canon(_expand(input1, shape), cdt), _canon(_expand(input2, shape), cdt), tgt]
     params = {"margin": float(margin), "scale": _scale(R) if reduction == "mean" else 1.0}
     return _run(D.cosine_embedding_loss(reduction), flat, (R * C, C, R), cdt, params, use_autogen, reduction,
