@@ -26,6 +26,8 @@ bench: install
 	$(BIN)/pip install -q --no-deps --force-reinstall . >/dev/null
 	$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/pip install -q 'matplotlib>=3.5'
 	$(BIN)/python benchmarks/bench_losses.py
+	$(BIN)/python benchmarks/bench_crossover.py
+	$(BIN)/python benchmarks/bench_crossover.py --fixed
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -193,8 +193,8 @@ def _targets(v, C, ignore_index):  # cross_entropy / nll_loss: torch's IndexErro
 
 
 def _margin_targets(v, C):
-    if v.numel() and bool(((v < 0) | (v >= C)).any()):
-        raise RuntimeError("target out of range")
+    from .functional import _check_margin_targets
+    _check_margin_targets(v, C)
 
 
 def _nonnegative(v):
