@@ -291,9 +291,12 @@ class _Launch:
         is shaped shapes[j] where given, else flat at its level. What depends only on the problem (its
         dimensions, converted params, each output's allocation) is bound to it at its first call here: a
         problem cached per call signature then pays only for the arrays and the kernel."""
-        bound = prob.__dict__.get("_bound")
-        if bound is None or bound[0] is not self or bound[1] is not params or bound[2] != shapes:
-            bound = prob._bound = self._bind(prob, params, shapes)
+        bounds = prob.__dict__.get("_bounds")
+        if bounds is None:
+            bounds = prob._bounds = {}  # per launch: a forward's and a backward's kernel alternate
+        bound = bounds.get(self)
+        if bound is None or bound[1] is not params or bound[2] != shapes:
+            bound = bounds[self] = self._bind(prob, params, shapes)
         n, c, r, pvals, outputs, nparts = bound[3:]
         args = []
         entry = self.entry
