@@ -188,13 +188,23 @@ def evaluate(node, values, params, dims, mode):
 
 
 def _targets(v, C, ignore_index):  # cross_entropy / nll_loss: torch's IndexError, before any kernel
-    from .functional import _check_targets
-    _check_targets(v, C, ignore_index)
+    _functional()._check_targets(v, C, ignore_index)
+
+
+def _functional():
+    """autogen.functional (it imports this module: imported at the first check, not per call)."""
+    global _F
+    if _F is None:
+        from . import functional
+        _F = functional
+    return _F
+
+
+_F = None
 
 
 def _margin_targets(v, C):
-    from .functional import _check_margin_targets
-    _check_margin_targets(v, C)
+    _functional()._check_margin_targets(v, C)
 
 
 def _nonnegative(v):
@@ -203,8 +213,7 @@ def _nonnegative(v):
 
 
 def _unit_interval(v, what):
-    from .functional import _check_unit_interval
-    _check_unit_interval(v, what)
+    _functional()._check_unit_interval(v, what)
 
 
 CHECKS = {"targets": _targets, "margin_targets": _margin_targets, "nonnegative": _nonnegative,

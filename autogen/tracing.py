@@ -1291,9 +1291,31 @@ def _expanded(t, how, base):
     return t
 
 
+def _direct_checks(traced):
+    """Per check (kind, placeholder index, floating, extra) where it reads one input, whole and unchanged
+    (through detach alone); False if one does not."""
+    where = {node.attr: (i, how, node.kind == "f") for node, i, how in traced.all_inputs}
+    out = []
+    for kind, node, extra in traced.checks:
+        order = order_of(node)
+        if order[0].op != "input" or any(n.op != "detach" for n in order[1:]) or where[order[0].attr][1] != "flat":
+            return False
+        i, _, floating = where[order[0].attr]
+        out.append((kind, i, floating, extra))
+    return out
+
+
 def _run_checks(traced, tensors):
     """The value checks of the trace's inlined losses (torch's errors: a class index out of range, a negative
     var), on the inputs as the kernel takes them, before any kernel runs."""
+    direct = traced.__dict__.get("direct_checks")
+    if direct is None:
+        direct = traced.direct_checks = _direct_checks(traced)
+    if direct:  # each check reads one input as it is (a class target): no evaluation of the check's graph
+        for kind, i, floating, extra in direct:
+            t = tensors[i].detach()
+            inline.CHECKS[kind](t.to(traced.cdt) if floating and t.dtype is not traced.cdt else t, *extra)
+        return
     used = traced.__dict__.get("check_inputs")
     if used is None:  # the inputs the checks read (a class target, not the logits): only those are prepared
         used = traced.check_inputs = {n.attr for _, node, _ in traced.checks for n in order_of(node)
