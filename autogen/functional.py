@@ -39,7 +39,7 @@ SMALL_ELEMENTS = {"mse_loss": 1 << 17, "l1_loss": 1 << 13, "smooth_l1_loss": 1 <
                   "binary_cross_entropy": 1 << 13, "binary_cross_entropy_with_logits": 1 << 14,
                   "cross_entropy": 1 << 19, "nll_loss": 1 << 23, "gaussian_nll_loss": 1 << 10,
                   "hinge_embedding_loss": 1 << 10, "kl_div": 1 << 10, "margin_ranking_loss": 1 << 10,
-                  "multilabel_soft_margin_loss": 1 << 10, "multi_margin_loss": 1 << 16, "poisson_nll_loss": 1 << 10,
+                  "multilabel_soft_margin_loss": 1 << 10, "multi_margin_loss": 1 << 15, "poisson_nll_loss": 1 << 10,
                   "triplet_margin_loss": 1 << 10, "triplet_margin_with_distance_loss": 1 << 10,
                   "cosine_embedding_loss": 0}
 # The same for a call that needs no gradient (torch.no_grad(), or no input requires grad): the fused
