@@ -185,3 +185,18 @@ def test_a_call_of_another_layout_or_gradient_need_is_not_replayed(monkeypatch):
     assert not runs and len(AF._PLANS) == 2
     compare(fn, TF.huber_loss, [x.detach(), t.requires_grad_()], paths=["autogen"], fused=True)
     assert len(runs) == 1
+
+
+@pytest.mark.parametrize("name", ["mse_loss", "cross_entropy"])
+def test_a_planned_call_runs_the_kernel_the_policy_picks(name, monkeypatch):
+    """A plan reruns the engine its last call ran while the policy is the same; under another policy the
+    call chooses again (medium: the handwritten kernel; aggressive: the generated one), and matches torch."""
+    monkeypatch.setattr(AF, "_PLANS", {})
+    x = torch.randn(6, 7, dtype=torch.float64)
+    t = torch.randint(0, 7, (6,)) if name == "cross_entropy" else torch.randn(6, 7, dtype=torch.float64)
+    fn = lambda a, b: getattr(AF, name)(a, b, use_autogen=True)  # noqa: E731
+    for pol, path in (("medium", "handwritten"), ("medium", "handwritten"), ("aggressive", "autogen"),
+                      ("aggressive", "autogen"), ("medium", "handwritten")):
+        compare(fn, getattr(TF, name), [x.requires_grad_(), t], policy=pol, paths=[path], fused=True)
+    plan = next(iter(AF._PLANS.values()))
+    assert plan and plan.policy == "medium" and plan.engine.path == "handwritten"
