@@ -142,10 +142,17 @@ def pooled(size, dtype):
 def pooled_like(t):
     """An uninitialized contiguous tensor shaped and typed like `t`, its memory from the pool when large
     (a small one from numpy, shaped there: torch's view by a torch.Size costs more than the allocation)."""
+    return pooled_flat(t)[0]
+
+
+def pooled_flat(t):
+    """pooled_like(t) and its flat numpy view, which a kernel writes."""
     npdt = _NP_OUT.get(t.dtype)
     if npdt is not None and t.numel() * t.dtype.itemsize < _POOL_MIN:
-        return torch.from_numpy(np.empty(t.shape, npdt))
-    return pooled(t.numel(), t.dtype).view(t.shape)
+        a = np.empty(t.numel(), npdt)
+        return torch.from_numpy(a.reshape(t.shape)), a
+    out = pooled(t.numel(), t.dtype)
+    return out.view(t.shape), _flat_np(out)
 
 
 def _memory_order(t):
@@ -1196,18 +1203,36 @@ def _transformed(tensors):
     return _fwad._current_level >= 0 and any(_fwad.unpack_dual(t).tangent is not None for t in tensors)
 
 
-def run_engine(engine, tensors, differentiable):
-    """A fused engine execute() picked for an earlier call of one signature (`keep`), run again."""
-    ts = tensors if engine.low_precision else widened(engine.prob, tensors)
-    if differentiable:
-        return _apply(engine, *ts)
-    return engine.forward(ts, (False,) * len(ts))[0]
+def _differentiable(tensors):
+    if torch.is_grad_enabled():
+        for t in tensors:  # a loop: any() over a generator costs ~0.4 us more
+            if t.requires_grad:
+                return True
+    return False
+
+
+def rerun(keep, prob, tensors, use_autogen, handwritten=None, fallback=True):
+    """execute(), remembering in `keep` (a call plan, a trace: .engine and .policy, None at first) the fused
+    engine it ran, and rerunning that engine while the policy is the same: the choice and the engine are
+    made once per signature. Anything the engine raises goes through execute(), which falls back or raises
+    as it decides."""
+    engine = keep.engine
+    if engine is not None and keep.policy == _policy.get_policy():
+        if observers:  # explain() listening
+            _capture(prob)
+        ts = tensors if engine.low_precision else widened(prob, tensors)
+        try:
+            if _differentiable(ts):
+                return _apply(engine, *ts)
+            return engine.forward(ts, (False,) * len(ts))[0]
+        except Exception:  # noqa: BLE001
+            keep.engine = None
+    return execute(prob, tensors, use_autogen, handwritten, fallback, keep)
 
 
 def execute(prob, tensors, use_autogen, handwritten=None, fallback=True, keep=None):
     """Pick the path for this loss call under the policy, run it, record it. `fallback=False`: an
-    engine error is raised (the caller has its own fallback). `keep`: a fused engine that ran is
-    remembered there (keep.engine, .policy, .differentiable), for run_engine."""
+    engine error is raised (the caller has its own fallback). `keep`: see rerun."""
     if observers:
         _capture(prob)
     if _transformed(tensors):
@@ -1224,12 +1249,7 @@ def execute(prob, tensors, use_autogen, handwritten=None, fallback=True, keep=No
         engine = PrimEngine(prob)
     if prob.graph.mode == "cf" and not isinstance(engine, FusedEngine):  # only fused kernels read it in place
         return execute(*as_rows(prob, tensors), use_autogen, None, fallback)
-    differentiable = False
-    if torch.is_grad_enabled():
-        for t in tensors:  # a loop: any() over a generator costs ~0.4 us more
-            if t.requires_grad:
-                differentiable = True
-                break
+    differentiable = _differentiable(tensors)
 
     def run(eng):
         ts = tensors if getattr(eng, "low_precision", False) else widened(prob, tensors)
@@ -1240,7 +1260,7 @@ def execute(prob, tensors, use_autogen, handwritten=None, fallback=True, keep=No
     try:
         out = run(engine)
         if keep is not None and engine.fused and engine.path != "fallback":
-            keep.engine, keep.policy, keep.differentiable = engine, _policy.get_policy(), differentiable
+            keep.engine, keep.policy = engine, _policy.get_policy()
         return out
     except ScheduleError as exc:  # a gradient the fused schedule cannot express (a weight's, say)
         if _policy.get_strict() or not fallback:

@@ -2,6 +2,7 @@
 import dataclasses
 import functools
 import inspect
+import itertools
 import math
 import operator
 import os
@@ -17,8 +18,7 @@ from . import decompositions as D
 from . import inline
 from . import ops as _ops
 from .codegen import _ENV
-from . import executor as _executor
-from .executor import Problem, _transformed, contiguous as _contiguous, execute, handwritten_for, run_engine
+from .executor import Problem, _transformed, contiguous as _contiguous, execute, handwritten_for, rerun
 from .policies import _local as _state, calm, get_policy, note, recording
 
 LOSSES = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
@@ -221,23 +221,13 @@ def _plan_key(name, input, target, args, kwargs, use_autogen, legacy):
                 return None, None
         return key + (args, types), (input, target)
     tensors, rest = [input, target], []
-    for i, v in enumerate(args):
-        if type(v) is torch.Tensor:
-            if not v.is_contiguous() or not v.is_cpu:
-                return None, None
-            tensors.append(v)
-            rest += (v.shape, v.dtype, v.requires_grad)
-        elif type(v) not in _SIMPLE or v is not None and i in legacy:
-            return None, None
-        else:
-            rest += (type(v), v)
-    for k, v in kwargs.items():
+    for k, v in itertools.chain(enumerate(args), kwargs.items()):  # a position, or a keyword-only name
         if type(v) is torch.Tensor:
             if not v.is_contiguous() or not v.is_cpu:
                 return None, None
             tensors.append(v)
             rest += (k, v.shape, v.dtype, v.requires_grad)
-        elif type(v) not in _SIMPLE:
+        elif type(v) not in _SIMPLE or v is not None and k in legacy:
             return None, None
         else:
             rest += (k, type(v), v)
@@ -248,30 +238,17 @@ class _Plan:
     """A signature's replay: the checks (each on a tensor recipe), the execute() on the tensors of `recipes`,
     the finish. A recipe is a call tensor's index, or (fn, recipe, extra): fn(that tensor, *extra), the
     expand or dtype conversion the first call made."""
-    __slots__ = ("checks", "prob", "recipes", "use_autogen", "handwritten", "finish", "engine", "policy",
-                 "differentiable")
+    __slots__ = ("checks", "prob", "recipes", "use_autogen", "handwritten", "finish", "engine", "policy")
 
     def __init__(self, checks, prob, recipes, use_autogen, handwritten, finish):
         self.checks, self.prob, self.recipes = checks, prob, recipes
         self.use_autogen, self.handwritten, self.finish = use_autogen, handwritten, finish
-        self.engine = self.policy = None
+        self.engine = self.policy = None  # the engine execute() ran for the last call (executor.rerun)
 
     def run(self, tensors):
         for fn, at, extra in self.checks:
             fn(_made(at, tensors), *extra)
-        ts = [_made(r, tensors) for r in self.recipes]
-        out = None
-        # the engine the last call ran, while the policy is the same; anything it raises goes through
-        # execute(), which falls back or raises as it decides
-        if self.engine is not None and self.policy == get_policy():
-            if _executor.observers:  # explain() listening
-                _executor._capture(self.prob)
-            try:
-                out = run_engine(self.engine, ts, self.differentiable)
-            except Exception:  # noqa: BLE001
-                self.engine = None
-        if out is None:
-            out = execute(self.prob, ts, self.use_autogen, self.handwritten, keep=self)
+        out = rerun(self, self.prob, [_made(r, tensors) for r in self.recipes], self.use_autogen, self.handwritten)
         finish = self.finish
         return out if finish is None else _finish(out, *finish)
 

@@ -22,7 +22,7 @@ import re
 import threading
 import traceback
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numba
 import torch
@@ -31,8 +31,7 @@ from . import decompositions as D
 from . import inline
 from . import ops as _ops
 from .errors import AutogenError, CompileError, TracingError, UnsupportedOpError
-from . import executor as _executor
-from .executor import LossGraph, Problem, contiguous as _contiguous, execute, run_engine
+from .executor import LossGraph, Problem, contiguous as _contiguous, rerun
 from .functional import _compute_dtype, broadcast_shapes
 from .ir import COL, ELEM, ROW, SCALAR, Node, apply as A, const, input as inp, iota, order_of, param, toposort
 from .policies import get_policy, get_strict, tracing, tracing_scope, unrecorded
@@ -1155,6 +1154,8 @@ class _Traced:
     consts: tuple = ()   # tensor constants: inputs len(tensors) + j
     checks: list = ()    # (kind, IR node, extra): value checks of inlined losses (inline.CHECKS)
     all_inputs: list = ()  # every input of the lowering (the checks may read one the loss does not)
+    engine: object = field(default=None, compare=False, repr=False)  # executor.rerun's: the engine last run
+    policy: str = field(default=None, compare=False, repr=False)      # and the policy it was chosen under
 
 
 def _trace(module, forward, tensors, cls):
@@ -1364,23 +1365,7 @@ def _run(traced, tensors):
     prob = traced.__dict__.get("prob")
     if prob is None:  # one problem per trace (its dims and params are the trace's): launches bind to it once
         prob = traced.prob = Problem(traced.graph, n, C, R, cdt, dict(traced.params))
-    out = None
-    engine = traced.__dict__.get("engine")
-    if engine is not None and traced.policy == get_policy():  # the engine the last call ran (see execute's keep)
-        if _executor.observers:
-            _executor._capture(prob)
-        differentiable = False
-        if torch.is_grad_enabled():
-            for t in args:
-                if t.requires_grad:
-                    differentiable = True
-                    break
-        try:
-            out = run_engine(engine, args, differentiable)
-        except Exception:  # noqa: BLE001 - execute() decides again
-            traced.engine = None
-    if out is None:  # a failure runs the module eagerly (autogen_loss)
-        out = execute(prob, args, True, fallback=False, keep=traced)
+    out = rerun(traced, prob, args, True, fallback=False)  # a failure runs the module eagerly (autogen_loss)
     if out.shape != traced.out_shape:
         out = out.reshape(traced.out_shape)
     return out if out.dtype is traced.out_dtype else out.to(traced.out_dtype)

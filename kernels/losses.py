@@ -19,7 +19,7 @@ from numba import njit
 from autogen import decompositions as D
 from autogen import mathlib
 from autogen.codegen import _MATHLIB
-from autogen.executor import _NP_OUT, _POOL_MIN, _flat_np, pooled_like, scale_grads, split_run
+from autogen.executor import _flat_np, pooled_flat, scale_grads, split_run
 from autogen.ir import SCALAR
 from autogen.policies import note
 
@@ -166,17 +166,9 @@ def _scalar(value, F):
 
 
 def _empty(like, need, none):
-    """(an uninitialized tensor like `like`, its flat numpy view) if `need`, else (None, `none`): small ones
-    from numpy (its flat array handed to the kernel as it is), large ones from the pool (a fresh 16 MB
-    output page-faults)."""
-    if not need:
-        return None, none
-    npdt = _NP_OUT.get(like.dtype)
-    if npdt is not None and like.numel() * like.dtype.itemsize < _POOL_MIN:
-        a = np.empty(like.numel(), npdt)
-        return torch.from_numpy(a.reshape(like.shape)), a
-    t = pooled_like(like)
-    return t, _flat_np(t)
+    """(an uninitialized tensor like `like`, its flat numpy view) if `need`, else (None, `none`): from the pool
+    when large (a fresh 16 MB output page-faults)."""
+    return pooled_flat(like) if need else (None, none)
 
 
 @functools.lru_cache(maxsize=None)

@@ -195,8 +195,14 @@ def test_a_planned_call_runs_the_kernel_the_policy_picks(name, monkeypatch):
     x = torch.randn(6, 7, dtype=torch.float64)
     t = torch.randint(0, 7, (6,)) if name == "cross_entropy" else torch.randn(6, 7, dtype=torch.float64)
     fn = lambda a, b: getattr(AF, name)(a, b, use_autogen=True)  # noqa: E731
-    for pol, path in (("medium", "handwritten"), ("medium", "handwritten"), ("aggressive", "autogen"),
-                      ("aggressive", "autogen"), ("medium", "handwritten")):
+    chose = []  # the calls that chose their engine (execute), not rerunning the last one
+    execute = executor.execute
+    for module in (executor, AF):  # the first call's (AF) and a plan's (executor.rerun)
+        monkeypatch.setattr(module, "execute", lambda *a, **k: chose.append(a[0]) or execute(*a, **k))
+    # the first call is planned, the plan's first run chooses and keeps, the next reruns; a new policy chooses
+    for k, (pol, path) in enumerate((("medium", "handwritten"), ("medium", "handwritten"), ("aggressive", "autogen"),
+                                     ("aggressive", "autogen"), ("medium", "handwritten"))):
         compare(fn, getattr(TF, name), [x.requires_grad_(), t], policy=pol, paths=[path], fused=True)
+        assert len(chose) == (1, 2, 3, 3, 4)[k]
     plan = next(iter(AF._PLANS.values()))
     assert plan and plan.policy == "medium" and plan.engine.path == "handwritten"
