@@ -97,13 +97,14 @@ class Problem:
 # A fresh large output is new memory to the OS whenever glibc has handed the last one back: page
 # faults on every call, costing more than a memory-bound kernel itself (docs/performance.md). Large
 # kernel outputs therefore come from a pool: a buffer returns to it when the tensor that used it is
-# freed (a weakref finalizer on the numpy view torch.from_numpy holds), and the next call of that
-# size reuses its pages.
+# freed (a weakref callback on the numpy view torch.from_numpy holds; weakref.finalize cost ~2 us more a
+# call), and the next call of that size reuses its pages.
 _POOL_MIN = 1 << 20                  # bytes: smaller outputs come from torch.empty
 _POOL_PER_SIZE = 4                   # free buffers kept per size
 _POOL_MAX_BYTES = 1 << 30            # and in all
 _pool = {}                           # nbytes -> free buffers of that size
 _pool_lock = threading.Lock()
+_lent = {}                           # id(weakref) -> (the weakref, its buffer): buffers in use
 
 
 def pool_bytes():
@@ -111,10 +112,12 @@ def pool_bytes():
     return sum(nbytes * len(free) for nbytes, free in _pool.items())
 
 
-def _release(buf):
-    with _pool_lock:
-        free = _pool.setdefault(buf.nbytes, [])
-        if len(free) < _POOL_PER_SIZE and pool_bytes() + buf.nbytes <= _POOL_MAX_BYTES:
+def _release(ref, lent=_lent, pool=_pool, lock=_pool_lock, per_size=_POOL_PER_SIZE, most=_POOL_MAX_BYTES):
+    # (its globals bound here: it may run while the interpreter exits)
+    buf = lent.pop(id(ref))[1]
+    with lock:
+        free = pool.setdefault(buf.nbytes, [])
+        if len(free) < per_size and sum(n * len(f) for n, f in pool.items()) + buf.nbytes <= most:
             free.append(buf)
 
 
@@ -124,19 +127,30 @@ def empty_cache():
         _pool.clear()
 
 
-def pooled(size, dtype):
-    """An uninitialized 1-D tensor of `size` elements, its memory from the pool."""
-    nbytes = size * dtype.itemsize
-    if nbytes < _POOL_MIN or dtype not in _NP:
-        return torch.empty(size, dtype=dtype)
+def _pool_array(nbytes, npdt, shape=None):
+    """A numpy array of `nbytes` bytes of dtype npdt from the pool, flat or `shape`d; its buffer returns to
+    the pool when this array is freed. Hand torch this array itself: another view of it (a reshape) has
+    the buffer as its base, not this array, so it would not keep the buffer out of the pool."""
     with _pool_lock:
         free = _pool.get(nbytes)
         buf = free.pop() if free else None
     if buf is None:
         buf = np.empty(nbytes, np.uint8)
-    arr = buf.view(_NP[dtype])
-    weakref.finalize(arr, _release, buf).atexit = False
-    return torch.from_numpy(arr).view(dtype) if dtype in _LOW16 else torch.from_numpy(arr)
+    arr = buf.view(npdt)
+    if shape is not None:
+        arr = arr.reshape(shape)
+    ref = weakref.ref(arr, _release)
+    _lent[id(ref)] = ref, buf
+    return arr
+
+
+def pooled(size, dtype):
+    """An uninitialized 1-D tensor of `size` elements, its memory from the pool."""
+    nbytes = size * dtype.itemsize
+    if nbytes < _POOL_MIN or dtype not in _NP:
+        return torch.empty(size, dtype=dtype)
+    out = torch.from_numpy(_pool_array(nbytes, _NP[dtype]))
+    return out.view(dtype) if dtype in _LOW16 else out
 
 
 def pooled_like(t):
@@ -148,11 +162,15 @@ def pooled_like(t):
 def pooled_flat(t):
     """pooled_like(t) and its flat numpy view, which a kernel writes."""
     npdt = _NP_OUT.get(t.dtype)
-    if npdt is not None and t.numel() * t.dtype.itemsize < _POOL_MIN:
+    if npdt is None:  # 16-bit: a uint16 buffer viewed as t's dtype
+        out = pooled(t.numel(), t.dtype)
+        return out.view(t.shape), _flat_np(out)
+    nbytes = t.numel() * t.dtype.itemsize
+    if nbytes < _POOL_MIN:
         a = np.empty(t.numel(), npdt)
         return torch.from_numpy(a.reshape(t.shape)), a
-    out = pooled(t.numel(), t.dtype)
-    return out.view(t.shape), _flat_np(out)
+    a = _pool_array(nbytes, npdt, t.shape)  # the tensor holds the array the pool watches
+    return torch.from_numpy(a), a.reshape(-1)
 
 
 def _memory_order(t):

@@ -199,6 +199,31 @@ def test_handwritten_kernels_take_large_outputs_from_the_pool(call, monkeypatch)
     autogen.empty_cache()
 
 
+@pytest.mark.parametrize("call", [
+    lambda x, t: torch.autograd.grad(AF.mse_loss(x, t, use_autogen=True), [x])[0],      # a loss's gradient
+    lambda x, t: torch.autograd.grad(AF.cross_entropy(x, t.argmax(-1), use_autogen=True), [x])[0],
+    lambda x, t: AF.relu(x),                                                             # value and mask
+    lambda x, t: torch.autograd.grad(AF.leaky_relu(x), [x], t)[0],
+    lambda x, t: torch.autograd.grad(AF.gelu(x), [x], t)[0],
+], ids=["mse-grad", "ce-grad", "relu", "leaky-relu-grad", "gelu-grad"])
+def test_live_pooled_outputs_keep_their_buffers(call, monkeypatch):
+    """An output from the pool stays out of it while the tensor lives, whatever view the kernel wrote
+    through: the next call gets another buffer and the first output keeps its values."""
+    import gc
+    monkeypatch.setattr(autogen.activations, "FASTER_FROM", None)
+    autogen.empty_cache()
+    x, t = torch.randn(512, 1024, requires_grad=True), torch.randn(512, 1024)  # 2 MB outputs
+    with autogen.policy("medium"), autogen.record() as rec:
+        first = call(x, t)
+        want = first.clone()
+        gc.collect()
+        outs = [call(x * k, t * k) for k in (2.0, 3.0)]
+    assert "handwritten" in {c.path for c in rec.calls}
+    assert len({first.data_ptr()} | {o.data_ptr() for o in outs}) == 3
+    assert torch.equal(first, want)
+    autogen.empty_cache()
+
+
 def test_pool_under_threads_frees_and_reuses_without_sharing_live_buffers():
     """Tensors freed on other threads return their buffers; no two live outputs ever share one."""
     import threading

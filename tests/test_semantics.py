@@ -188,13 +188,13 @@ def test_backward_takes_the_forward_gradient_as_grad_without_a_copy(pol, name, m
     gradient anything else still holds, and the engine's saved state held it (a 2 MB copy here)."""
     from autogen import executor
     made = []
-    pooled = executor.pooled
+    pool_array = executor._pool_array
 
-    def recording_pool(size, dtype):
-        out = pooled(size, dtype)
-        made.append(out.data_ptr())
+    def recording_pool(nbytes, npdt):
+        out = pool_array(nbytes, npdt)
+        made.append(out.ctypes.data)
         return out
-    monkeypatch.setattr(executor, "pooled", recording_pool)
+    monkeypatch.setattr(executor, "_pool_array", recording_pool)
     args = _handover_args(name)
     with autogen.policy(pol), autogen.record() as rec:
         getattr(AF, name)(*args, use_autogen=True).backward()
