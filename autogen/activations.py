@@ -13,7 +13,7 @@ import torch
 from . import inline
 from . import ops as _ops
 from . import policies as _policy
-from .executor import LossGraph, Problem, _capture, _transformed, execute, handwritten_for
+from .executor import LossGraph, Problem, _capture, _differentiable, _transformed, execute, handwritten_for, rerun
 from .ir import COL, ELEM, ROW, SCALAR, apply as A, input as inp, param
 from .policies import calm as _calm, tracing as _tracing
 
@@ -234,7 +234,7 @@ def _dtype(input, name):
 
 def _stored(t, cdt):
     """t as the kernels read it: 16-bit data as it is (widened in registers), other dtypes in `cdt`."""
-    return t if t.dtype in _LOW16 else t.to(cdt)
+    return t if t.dtype in _LOW16 or t.dtype is cdt else t.to(cdt)
 
 
 def _as_op(name, input, inplace, variant, options):
@@ -294,16 +294,37 @@ def run(name, input, inplace=False, variant=None, **options):
             _PROBLEMS[key] = prob
     if tracing:  # inside an @autogen_loss trace: our decomposition, inlined into the caller's graph
         return inline.emit(prob, [x], input.shape).to(input.dtype)
-    hw = handwritten_for("NONLINEAR", name, prob)
-    if getattr(hw, "masked", False) and not _transformed([x]):
-        path, reason = _policy.choose(True)
-        if path == "handwritten":
-            _capture(prob)
-            return _run_masked(hw(prob, reason), input, x, inplace)  # 16 bits: read as they are
-    out = execute(prob, [x], True, hw).view(input.shape).to(input.dtype)
+    hw = prob.__dict__.get("_hw", _NEVER)
+    if hw is _NEVER:  # the handwritten engine factory, found once per problem
+        hw = prob._hw = handwritten_for("NONLINEAR", name, prob)
+    if _transformed([x]):
+        out = execute(prob, [x], True, hw)  # torch's ops
+    else:
+        if getattr(hw, "masked", False):
+            path, reason = _policy.choose(True)
+            if path == "handwritten":
+                _capture(prob)
+                return _run_masked(hw.of(prob, reason), input, x, inplace)  # 16 bits: read as they are
+        # the engine the last call of this problem ran, rerun while the policy is the same: one per
+        # gradient need (a fused engine keeps the plan of its last forward for its backward)
+        kept = prob.__dict__.get("_kept")
+        if kept is None:
+            kept = prob._kept = (_Kept(), _Kept())
+        out = rerun(kept[_differentiable((x,))], prob, [x], True, hw)
+    out = out.view(input.shape)
+    if out.dtype is not input.dtype:
+        out = out.to(input.dtype)
     if inplace:
         return input.copy_(out)
     return out
+
+
+class _Kept:
+    """executor.rerun's memory of the engine a problem's last call ran."""
+    __slots__ = ("engine", "policy")
+
+    def __init__(self):
+        self.engine = self.policy = None
 
 
 class _Masked(torch.autograd.Function):
@@ -322,7 +343,7 @@ class _Masked(torch.autograd.Function):
     @staticmethod
     def backward(ctx, gout):
         engine = ctx.engine
-        ref, version = engine.watch
+        ref, version = ctx.watch
         watched = ref()
         if watched is not None and watched._version != version:
             raise RuntimeError(
@@ -341,11 +362,14 @@ def _run_masked(engine, input, x, inplace):
     if not (torch.is_grad_enabled() and x.requires_grad):
         out = engine.forward(x, with_mask=False)[0].to(input.dtype)
         return input.copy_(out) if inplace else out
-    out = _Masked.apply(engine, x).to(input.dtype)  # x has input's shape: no view (it could not change in place)
+    out = _Masked.apply(engine, x)  # x has input's shape: no view (it could not change in place)
+    node = out.grad_fn  # the Function's ctx: the watch is per call (the engine is per problem)
+    if out.dtype is not input.dtype:
+        out = out.to(input.dtype)
     if inplace:
         out = input.copy_(out)
     watched = out if engine.spec.saves_result or inplace else input
-    engine.watch = (weakref.ref(watched), watched._version)
+    node.watch = (weakref.ref(watched), watched._version)
     return out
 
 

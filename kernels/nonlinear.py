@@ -32,7 +32,7 @@ from numba.extending import intrinsic
 
 from autogen import mathlib
 from autogen.codegen import _MATHLIB
-from autogen.executor import pooled, pooled_like, split_run
+from autogen.executor import _POOL_MIN, _pool_array, pooled, pooled_flat, pooled_like, split_run
 from autogen.policies import note
 
 from .losses import _LOAD, _STORE, _same
@@ -245,6 +245,7 @@ def _mask_bytes(n):
 
 
 _I8 = ir.IntType(8)
+_NO_MASK = np.empty(0, np.uint8)  # the mask argument of a forward that writes none
 
 
 # 8-bit mask arithmetic (numba widens uint8 operators to int64: its vector loops then run in 64-bit lanes)
@@ -346,18 +347,27 @@ def unpack(mask, n):
 
 class MaskedEngine:
     """forward(x) -> (value, mask); backward(mask, gout) -> grad. Used by activations' own autograd
-    Function (it saves the mask alone)."""
+    Function (it saves the mask alone). One per problem and reason (`of`): it holds no per-call state."""
     path, fused, masked = "handwritten", True, True
     low_precision = True
 
     def __init__(self, prob, reason):
         self.prob, self.reason = prob, reason
         self.spec = MASKED[prob.graph.name]
-        F = _NP[prob.dtype]
+        F = self.F = _NP[prob.dtype]
         params = prob.params
         self.args = tuple(F(params[p]) for p in self.spec.params) + (F(0.0),) * (2 - len(self.spec.params))
         self.on = F(self.spec.on)
         self.off = F(params[self.spec.off] if isinstance(self.spec.off, str) else self.spec.off)
+        self.kernels = {}  # (with_mask, storage dtype) -> forward kernel; storage dtype -> backward kernel
+
+    @classmethod
+    def of(cls, prob, reason):
+        """The problem's engine for `reason` (made at its first call)."""
+        engine = prob.__dict__.get("_masked")
+        if engine is None or engine.reason != reason:
+            engine = prob._masked = cls(prob, reason)
+        return engine
 
     @classmethod
     def supports(cls, prob):
@@ -366,24 +376,38 @@ class MaskedEngine:
     def forward(self, x, with_mask=True):
         """(value, mask), the mask None without `with_mask`."""
         x = x.contiguous()
-        # x's shape on the pool's memory, not as a view of it: the caller may change the result in place
-        flat = pooled(x.numel(), x.dtype)
-        out = torch.empty(0, dtype=x.dtype).set_(flat.untyped_storage(), 0, x.shape)
-        # the mask's bytes from the pool as float32 words (the pool keeps float buffers)
-        nbytes = _mask_bytes(x.numel())
-        mask = pooled(-(-nbytes // 4), torch.float32).view(torch.uint8)[:nbytes] if with_mask else x
-        _run(_masked_forward(_NP[self.prob.dtype], _OP[self.prob.graph.name], with_mask, *_io(x.dtype)), x, out,
-             mask, *self.args)
+        n = x.numel()
+        kernel = self.kernels.get((with_mask, x.dtype))
+        if kernel is None:
+            kernel = self.kernels[with_mask, x.dtype] = _masked_forward(self.F, _OP[self.prob.graph.name], with_mask,
+                                                                        *_io(x.dtype))
+        if x.dtype in _LOAD:  # x's shape on the pool's memory, not a view of it: the caller may change it in place
+            flat = pooled(n, x.dtype)
+            out = torch.empty(0, dtype=x.dtype).set_(flat.untyped_storage(), 0, x.shape)
+            oa = _arr(flat)
+        else:
+            out, oa = pooled_flat(x)  # a tensor of its own over a numpy array: not a view either
+        if with_mask:
+            nbytes = _mask_bytes(n)
+            ma = np.empty(nbytes, np.uint8) if nbytes < _POOL_MIN else _pool_array(nbytes, np.uint8)
+            mask = torch.from_numpy(ma)
+        else:
+            ma, mask = _NO_MASK, None
+        split_run(kernel, -(-n // _BLOCK), (_arr(x), oa, ma) + self.args, work=n)
         note(self.prob.graph.name, self.path, True, "forward", self.reason)
-        return out, (mask if with_mask else None)
+        return out, mask
 
     def backward(self, mask, gout, dtype=None):
         """grad in `dtype` (the input's; the compute dtype by default)."""
         note(self.prob.graph.name, self.path, True, "backward", self.reason)
-        gout = gout.to(dtype or self.prob.dtype).contiguous()
-        grad = pooled_like(gout)
-        _run(_masked_backward(_NP[self.prob.dtype], self.off == 0, *_io(gout.dtype)), gout, mask, grad, self.on,
-             self.off)
+        dtype = dtype or self.prob.dtype
+        gout = (gout if gout.dtype is dtype else gout.to(dtype)).contiguous()
+        kernel = self.kernels.get(gout.dtype)
+        if kernel is None:
+            kernel = self.kernels[gout.dtype] = _masked_backward(self.F, self.off == 0, *_io(gout.dtype))
+        grad, ga = pooled_flat(gout)
+        n = gout.numel()
+        split_run(kernel, -(-n // _BLOCK), (_arr(gout), mask.numpy(), ga, self.on, self.off), work=n)
         return grad
 
     def backward_ops(self, mask, gout):

@@ -157,17 +157,20 @@ def test_mask_bits_across_blocks(name, n, every_size):
 @pytest.mark.parametrize("name", list(MASKED))
 def test_mask_raises_where_torch_raises(name, every_size):
     """torch's backward reads the input (relu: the result) and raises if it changed in place; ours too,
-    with only the mask saved. Twice through a retained graph: the same gradient."""
+    with only the mask saved. Twice through a retained graph: the same gradient. A second call of the same
+    signature alive meanwhile (the engine is one per signature, the watch one per call) changes nothing."""
     opts = REQUIRED.get(name, {})
     for change in ("input", "output"):
         def run(fn):
             leaf = torch.randn(40, requires_grad=True)
             x = leaf * 1
             y = fn(x, **opts)
+            other = fn(torch.randn(40, requires_grad=True) * 1, **opts)
             first = torch.autograd.grad(y, leaf, torch.ones_like(y), retain_graph=True)[0]
             assert torch.equal(first, torch.autograd.grad(y, leaf, torch.ones_like(y), retain_graph=True)[0])
             with torch.no_grad():
                 (x if change == "input" else y).mul_(-1)
+            other.sum().backward()
             try:
                 torch.autograd.grad(y, leaf, torch.ones_like(y))
                 return False
@@ -195,6 +198,34 @@ def test_size_table_picks_torch_where_ours_is_slower(name, monkeypatch):
         assert {c.path for c in rec.calls} == {want}, (pol, grad, rec.calls)
         assert want != "fallback" or "torch's own kernel measured faster below 65" in rec.calls[0].reason
         torch.testing.assert_close(y, getattr(TF, name)(x, **opts))
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in MASKED and n not in ("prelu", "glu")])
+def test_a_signature_reruns_its_engine_per_gradient_need(name, monkeypatch):
+    """Later calls of a signature rerun the engine its first call of the same gradient need chose (a fused
+    engine keeps its forward's plan for the backward: a call without a gradient between a forward and its
+    backward must not be the one it reruns); another policy chooses again. Values and gradients: torch's."""
+    from autogen import executor
+    monkeypatch.setattr(activations, "FASTER_FROM", None)
+    monkeypatch.setattr(activations, "_PROBLEMS", {})  # no engine kept by another test
+    chose = []
+    execute = executor.execute
+    monkeypatch.setattr(executor, "execute", lambda *a, **k: chose.append(a[0]) or execute(*a, **k))
+    opts = REQUIRED.get(name, {})
+    fn, ref = getattr(AF, name), getattr(TF, name)
+    for k, pol in enumerate(("aggressive", "aggressive", "medium")):
+        x = torch.randn(37, 11, dtype=torch.float64, requires_grad=True)
+        with autogen.policy(pol), autogen.record() as rec:
+            y = fn(x, **opts)
+            with torch.no_grad():
+                z = fn(x * 2, **opts)
+            (g,) = torch.autograd.grad(y, x, torch.ones_like(y))
+        assert rec.calls and all(c.fused for c in rec.calls), rec.calls
+        assert len(chose) == (2, 2, 4)[k], "a call did not rerun its need's engine, or one under a new policy did"
+        (want,) = torch.autograd.grad(ref(x, **opts), x, torch.ones_like(y))
+        torch.testing.assert_close(y, ref(x, **opts), **tolerances(torch.float64))
+        torch.testing.assert_close(z, ref(x.detach() * 2, **opts), **tolerances(torch.float64))
+        torch.testing.assert_close(g, want, **tolerances(torch.float64))
 
 
 def test_size_table_per_dtype(monkeypatch):
