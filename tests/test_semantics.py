@@ -190,8 +190,8 @@ def test_backward_takes_the_forward_gradient_as_grad_without_a_copy(pol, name, m
     made = []
     pool_array = executor._pool_array
 
-    def recording_pool(nbytes, npdt):
-        out = pool_array(nbytes, npdt)
+    def recording_pool(nbytes, npdt, shape=None):
+        out = pool_array(nbytes, npdt, shape)
         made.append(out.ctypes.data)
         return out
     monkeypatch.setattr(executor, "_pool_array", recording_pool)
