@@ -780,16 +780,24 @@ class FusedEngine:
             return scale_grads(saved, gout)
         data, shapes = saved
         if plan.derivative:  # grad_output (at the loss's level) times each derivative (at its input's)
-            g = gout.reshape(prob.layout(prob.graph.level))
-            grads = []
+            level, grads = prob.graph.level, []
+            g = None
             for d, i, shape in zip(data, plan.wrt, shapes):
+                if prob.graph.inputs[i].level == level and gout.shape == shape and gout.dtype is d.dtype:
+                    # elementwise: straight into the input's shape
+                    grads.append(torch.mul(gout, d.view(shape), out=pooled_flat(gout)[0]))
+                    continue
+                g = gout.reshape(prob.layout(level)) if g is None else g
                 d = d.view(prob.layout(prob.graph.inputs[i].level))
                 grads.append(torch.mul(g, d, out=pooled_like(d)).view(shape))
             return _place(plan.wrt, grads, len(prob.graph.inputs))
         values = dict(data)
         code = plan.backward.storage.get("__gout")  # grad_output as the kernel reads it
-        values["__gout"] = gout.to(_FROM16[code] if code else prob.dtype).contiguous()
-        grads = run_spec(plan.backward, prob, values, [shapes[i] for i in plan.wrt])
+        gdt = _FROM16[code] if code else prob.dtype
+        values["__gout"] = (gout if gout.dtype is gdt else gout.to(gdt)).contiguous()
+        launch = launch_of(plan.backward, prob.dtype)
+        # the problem's params as the launch's: its binding to the problem then holds from call to call
+        grads = launch.run(prob, [values[a] for a in launch.names], prob.params, [shapes[i] for i in plan.wrt])
         return _place(plan.wrt, grads, len(prob.graph.inputs))
 
 
@@ -917,11 +925,12 @@ class PrimEngine:
 
 
 def _tensors_in(saved):
-    """The tensors an engine's saved state holds (in tuples, lists and dicts, one level deep)."""
+    """The tensors an engine's saved state holds (in tuples, lists and dicts, one level deep; not in a
+    torch.Size, a tuple of ints)."""
     for item in saved.values() if isinstance(saved, dict) else saved if isinstance(saved, (tuple, list)) else (saved,):
         if isinstance(item, torch.Tensor):
             yield item
-        elif isinstance(item, (tuple, list, dict)):
+        elif isinstance(item, (tuple, list, dict)) and type(item) is not torch.Size:
             yield from _tensors_in(item)
 
 
