@@ -305,12 +305,16 @@ def run(name, input, inplace=False, variant=None, **options):
             if path == "handwritten":
                 _capture(prob)
                 return _run_masked(hw.of(prob, reason), input, x, inplace)  # 16 bits: read as they are
-        # the engine the last call of this problem ran, rerun while the policy is the same: one per
-        # gradient need (a fused engine keeps the plan of its last forward for its backward)
+        # the engine the last call of this problem ran, rerun while the policy is the same: one per gradient
+        # need and storage dtype (a fused engine keeps the plan of its last forward for its backward)
         kept = prob.__dict__.get("_kept")
         if kept is None:
-            kept = prob._kept = (_Kept(), _Kept())
-        out = rerun(kept[_differentiable((x,))], prob, [x], True, hw)
+            kept = prob._kept = {}
+        way = (_differentiable((x,)), x.dtype)
+        keep = kept.get(way)
+        if keep is None:
+            keep = kept[way] = _Kept()
+        out = rerun(keep, prob, [x], True, hw)
     out = out.view(input.shape)
     if out.dtype is not input.dtype:
         out = out.to(input.dtype)
