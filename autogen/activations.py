@@ -151,18 +151,19 @@ NONLINEARITIES = _table(
 
 
 # Policy medium (and disabled) runs our kernel for a nonlinearity only from the size at which it measured
-# faster than torch's own op, in both allocator states: name -> (elements with a gradient, without), None
-# where it was slower at every size measured. Measured on float32 by `autogen bench --crossovers` (it
-# prints this table), float64 following; FASTER_FROM_16BIT for bfloat16 and float16 inputs (16-bit storage
-# halves our kernels' bytes, while torch's computes through float32), by `autogen bench --crossovers --dtype
-# bfloat16`. FASTER_FROM = None sends every size, in every dtype, to our kernel.
+# faster than torch's own op in both allocator states, on one thread and on torch's threads: name ->
+# (elements with a gradient, without), None where it was slower at some setting of every size measured.
+# Measured on float32 by `autogen bench --crossovers` (it prints this table), float64 following;
+# FASTER_FROM_16BIT for bfloat16 and float16 inputs (16-bit storage halves our kernels' bytes, while torch's
+# computes through float32), by `autogen bench --crossovers --dtype bfloat16`. FASTER_FROM = None sends every
+# size, in every dtype, to our kernel.
 FASTER_FROM = {
-    "relu": (1 << 22, None), "relu6": (1 << 22, None), "leaky_relu": (1 << 22, None), "elu": (1 << 20, 1 << 18),
-    "selu": (1 << 18, 1 << 16), "celu": (1 << 20, 1 << 16), "gelu": (None, None), "silu": (None, None),
-    "mish": (1 << 18, 1 << 16), "sigmoid": (None, None), "tanh": (1 << 18, 1 << 16), "softplus": (1 << 22, 1 << 22),
-    "softsign": (1 << 18, 1 << 18), "logsigmoid": (1 << 22, 1 << 20), "hardtanh": (None, None),
+    "relu": (None, None), "relu6": (None, None), "leaky_relu": (None, None), "elu": (1 << 20, 1 << 18),
+    "selu": (1 << 20, 1 << 18), "celu": (1 << 18, 1 << 18), "gelu": (None, None), "silu": (None, None),
+    "mish": (1 << 16, 1 << 16), "sigmoid": (None, None), "tanh": (1 << 18, 1 << 16), "softplus": (None, 1 << 18),
+    "softsign": (1 << 18, 1 << 18), "logsigmoid": (1 << 22, 1 << 18), "hardtanh": (None, None),
     "hardsigmoid": (None, None), "hardswish": (None, None), "hardshrink": (None, None), "softshrink": (None, None),
-    "tanhshrink": (1 << 16, 1 << 16), "threshold": (None, None), "prelu": (1 << 18, None), "glu": (1 << 22, None),
+    "tanhshrink": (1 << 18, 1 << 16), "threshold": (None, None), "prelu": (None, None), "glu": (None, None),
 }
 FASTER_FROM_16BIT = {
     "relu": (None, None), "relu6": (1 << 22, 1 << 22), "leaky_relu": (None, None), "elu": (1 << 20, 1 << 16),

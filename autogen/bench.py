@@ -379,12 +379,13 @@ def nonlinearity_states(names, n, reps, modes, threads=None):
 CROSSOVER_SIZES = (1 << 16, 1 << 18, 1 << 20, 1 << 22)
 
 
-def crossover_child(names, sizes, reps, dtype="float32"):
-    """eager / ours (policy medium, its size table off) per name, size and mode, on one thread (CPU time), on
-    `dtype` data."""
+def crossover_child(names, sizes, reps, dtype="float32", threads=1):
+    """eager / ours (policy medium, its size table off) per name, size and mode, on `dtype` data; on one thread
+    timed by its CPU time, or on `threads` timed by the wall clock."""
     from autogen import activations
     activations.FASTER_FROM = None  # every size to our kernel
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
+    clock = time.thread_time if threads == 1 else time.perf_counter
     ratios = {}
     for name in names:
         for n in sizes:
@@ -394,23 +395,25 @@ def crossover_child(names, sizes, reps, dtype="float32"):
                 for _ in range(4):
                     for fn in fns.values():
                         fn()
-                st = measure(fns, reps_for(n, reps), time.thread_time)
+                st = measure(fns, reps_for(n, reps), clock)
                 ratios[f"{name} {n} {mode}"] = st["eager"]["median"] / st["default"]["median"]
     return ratios
 
 
 def crossovers(names, sizes=CROSSOVER_SIZES, reps=15, dtype="float32"):
-    """The size from which ours measured faster than eager, in both allocator states, at every size measured from
-    there up: {name: (with gradient, without)}, None where at no size. Prints it as activations.FASTER_FROM
+    """The size from which ours measured faster than eager in both allocator states, on one thread and on torch's
+    threads (a kernel that wins alone can lose beside torch's thread pool), at every size measured from there
+    up: {name: (with gradient, without)}, None where at no size. Prints it as activations.FASTER_FROM
     (FASTER_FROM_16BIT for a 16-bit dtype)."""
     import subprocess
     states = []
-    for env in STATES.values():
-        cmd = [sys.executable, "-c", "import json, sys; from autogen import bench; "
-               "print(json.dumps(bench.crossover_child(*json.loads(sys.argv[1]))))",
-               json.dumps([names, sizes, reps, dtype])]
-        res = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True, check=True)
-        states.append(json.loads(res.stdout.strip().splitlines()[-1]))
+    for threads in sorted({1, torch.get_num_threads()}):
+        for env in STATES.values():
+            cmd = [sys.executable, "-c", "import json, sys; from autogen import bench; "
+                   "print(json.dumps(bench.crossover_child(*json.loads(sys.argv[1]))))",
+                   json.dumps([names, sizes, reps, dtype, threads])]
+            res = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True, check=True)
+            states.append(json.loads(res.stdout.strip().splitlines()[-1]))
     table = {}
     for name in names:
         row = []
@@ -830,7 +833,7 @@ def main(argv=None):
                     help="skip the nonlinearity table in two allocator states (a child process each)")
     ap.add_argument("--states-only", action="store_true", help="only the nonlinearity table in two allocator states")
     ap.add_argument("--crossovers", action="store_true",
-                    help="measure activations.FASTER_FROM: where ours is faster than eager (one thread, both states)")
+                    help="measure activations.FASTER_FROM: where ours is faster than eager (1 and torch's threads, both states)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                     help="with --crossovers: the nonlinearities' dtype (16 bits: activations.FASTER_FROM_16BIT)")
     ap.add_argument("--states-threads", type=int, default=None,
