@@ -3,7 +3,8 @@
 Run: `python benchmarks/bench_crossover.py [--fwd | --fixed] [--custom | --no-custom] [--states default,nopf]
 [--sizes 1K,16K,...] [--threads N] [loss or corpus class ...]`. --fixed: the fixed cost of a call instead, at 1K
 elements: forward+backward minus an empty torch.autograd.Function's forward+backward, in us (eager's and ours;
-on one thread, --threads 1, the thread's CPU time). The size thresholds below which autogen.functional hands
+on one thread, --threads 1, the thread's CPU time), each call interleaved with the others and in a loop of its
+own. The size thresholds below which autogen.functional hands
 a loss to torch's own kernel come from this table: forward+backward for functional.SMALL_ELEMENTS, forward
 only (--fwd, under torch.no_grad) for functional.SMALL_ELEMENTS_NO_GRAD. Each allocator state runs in a
 child process: `default` (glibc as it comes: a large tensor freed is handed back to the OS and the next one
@@ -64,8 +65,10 @@ def child(argv):
     from autogen.bench import VARIANTS, fwd_bwd, fwd_only, inputs, measure
     from autogen import functional as AF
     from autogen.corpus import CORPUS
-    import torch
+    import statistics
     import time
+    import timeit
+    import torch
     fwd, fixed = "--fwd" in argv, "--fixed" in argv
     sizes = _sizes(argv[argv.index("--sizes") + 1]) if "--sizes" in argv else SIZES
     if "--threads" in argv:
@@ -92,6 +95,13 @@ def child(argv):
                 st = measure({"eager": eager, "ours": ours, "empty": empty}, 3000, clock)
                 e = st["empty"]["median"]
                 ratios = [(st["eager"]["median"] - e) * 1e6, (st["ours"]["median"] - e) * 1e6, e * 1e6]
+                # and in a steady loop of each (timeit's way: the best of 3 runs of 500 calls, 3 rounds)
+                best = {k: [] for k in ("eager", "ours", "empty")}
+                for _ in range(3):
+                    for k, fn in (("eager", eager), ("ours", ours), ("empty", empty)):
+                        best[k].append(min(timeit.repeat(fn, number=500, repeat=3, timer=clock)) / 500)
+                e = statistics.median(best["empty"])
+                ratios += [(statistics.median(best[k]) - e) * 1e6 for k in ("eager", "ours")] + [e * 1e6]
                 continue
             reps = max(15, min(300, (1 << 23) // n))
             st = measure({"eager": eager, "ours": ours}, reps)  # interleaved
@@ -130,8 +140,10 @@ def main():
     fwd = "--fwd" in argv
     if "--fixed" in argv:
         print(f"fixed cost at 1K elements, forward+backward minus an empty autograd.Function's (us); per loss a line "
-              f"per allocator state ({', '.join(states)})")
-        print(f"{'loss':34s} {'state':7s} {'eager':>7s} {'ours':>7s} {'empty':>7s}")
+              f"per allocator state ({', '.join(states)}); interleaved: each call after the others' (medians of "
+              f"3000), steady: each in a loop of its own (timeit's best of 3 x 500 calls, median of 3)")
+        print(f"{'':42s} {'interleaved':^23s} {'steady':^23s}")
+        print(f"{'loss':34s} {'state':7s} " + f"{'eager':>7s} {'ours':>7s} {'empty':>7s} " * 2)
         for name, per in results.items():
             for state in states:
                 if state in per:
