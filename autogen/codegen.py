@@ -34,8 +34,10 @@ _MATHLIB = hashlib.sha1(b"".join(resources.files("autogen").joinpath(f).read_byt
                                   for f in ("mathlib.py", "specfun.py"))).hexdigest()[:12]
 
 
-_CODEGEN_REV = "8"  # part of every kernel's key: bump when the same graph renders differently
-_COL_CHUNKS = 64  # chunks of rows a sum over the rows is split into (a float64 row of partials each)
+_CODEGEN_REV = "9"  # part of every kernel's key: bump when the same graph renders differently
+_COL_CHUNKS = 64  # chunks of rows a sum over the rows is split into (a float64 row of partials each),
+_COL_CHUNK_ELEMS = 4096  # each of at least this many elements: on a small input, zeroing and adding 64 rows
+# of partials cost more than the pass itself (docs/performance.md)
 
 
 def _early(n, late):
@@ -189,7 +191,8 @@ def render(spec, cache=True, parallel=False):
             var = "__q" if cf else "__r"
             head = [f"for __b in {loop}(__NB):"] + [f"    {a}" for a in body.pop("allocs", [])] + [
                 f"    for {var} in range({first} + ({count}) * __b // __NB, {first} + ({count}) * (__b + 1) // __NB):"]
-            before.append(f"__NB = max(min({count}, {_COL_CHUNKS}), 1)")
+            most = _COL_CHUNKS if cf else f"{_COL_CHUNKS}, ({count}) * __C // {_COL_CHUNK_ELEMS}"
+            before.append(f"__NB = max(min({count}, {most}), 1)")
             for n in p.col_reduces:
                 k = idx[n.digest]
                 before.append(f"__c{k} = __np.zeros((__NB, __C), __np.float64)")
