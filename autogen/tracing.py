@@ -25,6 +25,7 @@ import warnings
 from dataclasses import dataclass, field
 
 import numba
+import numpy as np
 import torch
 
 from . import decompositions as D
@@ -1351,14 +1352,24 @@ def _run(traced, tensors):
         if t is not tensors[i]:  # a copy remembers its source, whose in-place changes torch would see
             t._autogen_src = tensors[i]
         args.append(t)
-    for node, expr in traced.index_inputs:
-        if expr.op == "input":  # the index is an input itself (a class target): no torch op on it
-            idx = tensors[traced.sources[expr.attr]].detach().reshape(-1)
-            idx = idx if idx.dtype is torch.int64 else idx.long()
+    fast = traced.__dict__.get("fast_index")
+    if fast is None:
+        fast = traced.fast_index = [_fast_index(expr, traced) for _, expr in traced.index_inputs]
+    for (node, expr), quick in zip(traced.index_inputs, fast):
+        t = tensors[traced.sources[expr.attr]] if expr.op == "input" else None
+        if quick is not None and tensors[quick[0]].dtype is torch.int64 and tensors[quick[0]].is_contiguous():
+            src = tensors[quick[0]].detach().reshape(-1).numpy()  # where(x != v, x, fill) in one pass, checked
+            out = np.empty(src.size, np.int64)
+            bad = _where_ne(src, quick[1], quick[2], C, out)
+            idx = torch.from_numpy(out)
         else:
-            idx = _eval_index(expr, tensors, traced)
-        idx = idx if idx.is_contiguous() else idx.contiguous()
-        bad = _first_outside(idx.numpy(), C) if idx.numel() else -1
+            if t is not None:  # the index is an input itself (a class target): no torch op on it
+                idx = t.detach().reshape(-1)
+                idx = idx if idx.dtype is torch.int64 else idx.long()
+            else:
+                idx = _eval_index(expr, tensors, traced)
+            idx = idx if idx.is_contiguous() else idx.contiguous()
+            bad = _first_outside(idx.numpy(), C) if idx.numel() else -1
         if bad >= 0:
             raise RuntimeError(f"index {int(idx[bad])} is out of bounds for dimension 1 with size {C}")
         args.append(idx)
@@ -1369,6 +1380,38 @@ def _run(traced, tensors):
     if out.shape != traced.out_shape:
         out = out.reshape(traced.out_shape)
     return out if out.dtype is traced.out_dtype else out.to(traced.out_dtype)
+
+
+def _fast_index(expr, traced):
+    """(its input's position, v, fill) where an index expression is where(x != v, x, fill) of one input x
+    (cross-entropy's ignore_index), v a param or constant and fill a constant, both integers; else None."""
+    if expr.op != "where" or expr.args[0].op != "ne" or expr.args[2].op != "const":
+        return None
+
+    def source(n):
+        while n.op == "detach":
+            n = n.args[0]
+        return n if n.op == "input" else None
+    x, v = expr.args[0].args
+    sx, sa = source(x), source(expr.args[1])
+    if sx is None or sa is None or sx.digest != sa.digest or v.op not in ("param", "const"):
+        return None
+    value, fill = traced.params.get(v.attr) if v.op == "param" else v.attr, expr.args[2].attr
+    if not all(isinstance(z, (int, float)) and float(z).is_integer() for z in (value, fill)):
+        return None
+    return traced.sources[sx.attr], int(value), int(fill)
+
+
+@numba.njit(nogil=True, cache=True)
+def _where_ne(x, v, fill, C, out):
+    """out = where(x != v, x, fill); the position of its first value outside [0, C), or -1."""
+    bad = -1
+    for i in range(x.size):
+        y = x[i] if x[i] != v else fill
+        out[i] = y
+        if bad < 0 and (y < 0 or y >= C):
+            bad = i
+    return bad
 
 
 @numba.njit(nogil=True, cache=True)

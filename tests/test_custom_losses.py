@@ -191,6 +191,45 @@ def test_gather_index_out_of_range_raises_like_torch():
 
 
 @autogen_loss
+class SkipClassPicked(torch.nn.Module):
+    """A gather index computed from the target, as cross-entropy's ignore_index: where(t != skip, t, fill)."""
+    def __init__(self, skip=-100, fill=0):
+        super().__init__()
+        self.skip, self.fill = skip, fill
+
+    def forward(self, x, t):
+        keep = (t != self.skip).to(x.dtype)
+        picked = x.log_softmax(-1).gather(1, torch.where(t != self.skip, t, self.fill).unsqueeze(1)).squeeze(1)
+        return -(picked * keep).sum() / keep.sum().clamp(min=1)
+
+
+@pytest.mark.parametrize("skip,fill", [(-100, 0), (3, 1), (0, 4), (-1, 2)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_index_where_ne_in_one_pass(skip, fill, dtype, monkeypatch):
+    """where(t != v, t, fill) as a gather index is computed and bounds-checked in one pass (no torch ops):
+    the values and gradients of eager, and an index out of range raises as torch's gather does."""
+    from autogen import tracing
+    monkeypatch.setattr(tracing, "_eval_index", lambda *a: pytest.fail("the index went through torch ops"))
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(23, 5, dtype=dtype, generator=g, requires_grad=True)
+    t = torch.randint(0, 5, (23,), generator=g)
+    t[::4] = skip
+    with autogen.policy("aggressive"), autogen.record() as rec:
+        out = SkipClassPicked(skip, fill, use_autogen=True)(x, t)
+        (got,) = torch.autograd.grad(out, x)
+    assert {(c.path, c.fused) for c in rec.calls} == {("autogen", True)}, rec.calls
+    ref = SkipClassPicked(skip, fill)(x, t)
+    torch.testing.assert_close(out, ref, **tolerances(dtype))
+    torch.testing.assert_close(got, torch.autograd.grad(ref, x)[0], **tolerances(dtype))
+    bad = t.clone()
+    bad[5] = 7 if skip != 7 else 8
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        SkipClassPicked(skip, fill)(x, bad)
+    with autogen.policy("aggressive"), pytest.raises(RuntimeError, match="out of bounds"):
+        SkipClassPicked(skip, fill, use_autogen=True)(x, bad)
+
+
+@autogen_loss
 class IfOnTensor(torch.nn.Module):
     def forward(self, x, t):
         d = (x - t).abs()
