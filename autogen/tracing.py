@@ -1356,15 +1356,15 @@ def _run(traced, tensors):
     if fast is None:
         fast = traced.fast_index = [_fast_index(expr, traced) for _, expr in traced.index_inputs]
     for (node, expr), quick in zip(traced.index_inputs, fast):
-        t = tensors[traced.sources[expr.attr]] if expr.op == "input" else None
-        if quick is not None and tensors[quick[0]].dtype is torch.int64 and tensors[quick[0]].is_contiguous():
-            src = tensors[quick[0]].detach().reshape(-1).numpy()  # where(x != v, x, fill) in one pass, checked
+        x = tensors[quick[0]] if quick is not None else None
+        if x is not None and x.dtype is torch.int64 and x.is_contiguous():  # where(x != v, x, fill), checked
+            src = x.detach().reshape(-1).numpy()
             out = np.empty(src.size, np.int64)
             bad = _where_ne(src, quick[1], quick[2], C, out)
             idx = torch.from_numpy(out)
         else:
-            if t is not None:  # the index is an input itself (a class target): no torch op on it
-                idx = t.detach().reshape(-1)
+            if expr.op == "input":  # the index is an input itself (a class target): no torch op on it
+                idx = tensors[traced.sources[expr.attr]].detach().reshape(-1)
                 idx = idx if idx.dtype is torch.int64 else idx.long()
             else:
                 idx = _eval_index(expr, tensors, traced)
