@@ -34,7 +34,7 @@ _MATHLIB = hashlib.sha1(b"".join(resources.files("autogen").joinpath(f).read_byt
                                   for f in ("mathlib.py", "specfun.py"))).hexdigest()[:12]
 
 
-_CODEGEN_REV = "9"  # part of every kernel's key: bump when the same graph renders differently
+_CODEGEN_REV = "10"  # part of every kernel's key: bump when the same graph renders differently
 _COL_CHUNKS = 64  # chunks of rows a sum over the rows is split into (a float64 row of partials each),
 _COL_CHUNK_ELEMS = 4096  # each of at least this many elements: on a small input, zeroing and adding 64 rows
 # of partials cost more than the pass itself (docs/performance.md)

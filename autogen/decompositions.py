@@ -138,7 +138,7 @@ def nll_loss(reduction, weighted):
 
 def _log_softmax_parts(x):
     """lse per row; the max is a constant shift (detached), so the gradient is softmax exactly."""
-    m = A("detach", A("max_row", x))
+    m = A("detach", A("shift_row", x))
     return m + A("log", A("sum_row", A("exp", x - m)))
 
 

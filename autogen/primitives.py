@@ -3,6 +3,7 @@
 Nothing else in the engine branches on an op's name: interpreters, the renderer and the
 differentiator read these records. A new primitive is one `_prim(...)` call here.
 """
+import math
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -265,6 +266,11 @@ _MAX = dict(init="-__inf", combine="__m.maxnum({acc}, {0})", fold=_MAXC, solo=Tr
 _prim("sum_row", 1, "reduce_row", "", lambda x: x.sum(-1, keepdim=True), lambda g, o, x: (g,),
       init="__zero", combine="({acc} + {0})")
 _prim("max_row", 1, "reduce_row", "", lambda x: x.amax(-1, keepdim=True), _reduce_max_grad, **_MAX)
+# the shift of a softmax or logsumexp (x - shift keeps exp from overflowing): the row max of the values that are
+# not NaN, without max's side flag; a NaN in the row reaches the result through exp(x - shift) all the same
+_prim("shift_row", 1, "reduce_row", "", lambda x: torch.where(x != x, -math.inf, x).amax(-1, keepdim=True),
+      _reduce_max_grad,
+      **{k: v for k, v in _MAX.items() if k != "aux"})
 _prim("sum_all", 1, "reduce_all", "", lambda x: x.sum(), lambda g, o, x: (g,),
       init="__zero", combine="({acc} + {0})")
 _prim("max_all", 1, "reduce_all", "", lambda x: x.amax(), _reduce_max_grad, **_MAX)

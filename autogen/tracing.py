@@ -753,7 +753,7 @@ def _softmax(low, n, x, dim, half_to_float=False):
         return V(zero if n.target is aten._log_softmax.default else A("exp", zero), xv.shape, xv.axes)
     if xv.axes[dim % len(xv.shape)] != low.k:
         raise _Unsupported("a softmax over a dimension other than the last (or 1 of (N, C, d1..dK))", "")
-    m = A("detach", A("max_row", xv.node))
+    m = A("detach", A("shift_row", xv.node))
     shifted = xv.node - m
     if n.target is aten._log_softmax.default:
         return V(shifted - A("log", A("sum_row", A("exp", shifted))), xv.shape, xv.axes)

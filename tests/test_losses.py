@@ -161,3 +161,44 @@ def test_channel_first_non_contiguous_input():
     compare(lambda a, b: AF.cross_entropy(a, b, reduction="none", use_autogen=True),
             lambda a, b: TF.cross_entropy(a, b, reduction="none"), [x.requires_grad_(), t],
             paths={"autogen"}, fused=True)
+
+
+@autogen.autogen_loss
+class _SoftmaxPicked(torch.nn.Module):
+    """A traced log_softmax and softmax (tracing's softmax rule) beside the built-in's decomposition."""
+    def forward(self, x, t):
+        d = 1 if x.dim() > 2 else -1
+        return TF.nll_loss(x.log_softmax(d), t) + (x.softmax(d) * x.sigmoid()).mean()
+
+
+@pytest.mark.parametrize("shape", [(7, 5), (6, 5, 4)], ids=["rows", "channel-first"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_softmax_shift_rows_with_nan_and_inf(shape, dtype):
+    """A softmax's shift is the row max of the values that are not NaN (no NaN flag): rows with a NaN, +inf,
+    all -inf or all NaN still give torch's values and gradients (NaN where torch's are), built-in
+    cross-entropy and traced softmaxes alike, in rows and channel-first."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(*shape, dtype=dtype, generator=g)
+    rows = x.movedim(1, -1).reshape(-1, 5) if len(shape) > 2 else x  # a view: each row is a softmax's
+    rows[0, 2] = math.nan
+    rows[1, 3] = math.inf
+    rows[2] = -math.inf
+    rows[3] = math.nan
+    rows[4, 0] = -math.inf
+    x.requires_grad_()
+    t = torch.randint(0, 5, (shape[0],) + shape[2:], generator=g)
+    for red in ("none", "mean", "sum"):
+        with autogen.policy("aggressive"), autogen.record() as rec:
+            out = AF.cross_entropy(x, t, reduction=red, use_autogen=True)
+            (got,) = torch.autograd.grad(out.sum(), x)
+        assert rec.calls and all(c.fused for c in rec.calls), rec.calls
+        ref = TF.cross_entropy(x, t, reduction=red)
+        torch.testing.assert_close(out, ref, equal_nan=True)
+        torch.testing.assert_close(got, torch.autograd.grad(ref.sum(), x)[0], equal_nan=True)
+    with autogen.policy("aggressive"), autogen.record() as rec:
+        out = _SoftmaxPicked(use_autogen=True)(x, t)
+        (got,) = torch.autograd.grad(out, x)
+    assert rec.calls and all(c.fused for c in rec.calls), rec.calls
+    ref = _SoftmaxPicked()(x, t)
+    torch.testing.assert_close(out, ref, equal_nan=True)
+    torch.testing.assert_close(got, torch.autograd.grad(ref, x)[0], equal_nan=True)
