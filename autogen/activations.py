@@ -250,6 +250,7 @@ def _as_op(name, input, inplace, variant, options):
 
 
 _NEVER = (None, None)
+_UNSET = object()  # a per-problem value not yet found
 
 
 def run(name, input, inplace=False, variant=None, **options):
@@ -295,8 +296,8 @@ def run(name, input, inplace=False, variant=None, **options):
             _PROBLEMS[key] = prob
     if tracing:  # inside an @autogen_loss trace: our decomposition, inlined into the caller's graph
         return inline.emit(prob, [x], input.shape).to(input.dtype)
-    hw = prob.__dict__.get("_hw", _NEVER)
-    if hw is _NEVER:  # the handwritten engine factory, found once per problem
+    hw = prob.__dict__.get("_hw", _UNSET)
+    if hw is _UNSET:  # the handwritten engine factory (None: there is none), found once per problem
         hw = prob._hw = handwritten_for("NONLINEAR", name, prob)
     if _transformed([x]):
         out = execute(prob, [x], True, hw)  # torch's ops

@@ -413,10 +413,11 @@ def launch_of(spec, dtype):
     return launch
 
 
-def run_spec(spec, prob, values, shapes=()):
-    """Launch `spec`'s kernel; `values` maps input/param names to tensors or numbers."""
+def run_spec(spec, prob, values, shapes=(), params=None):
+    """Launch `spec`'s kernel; `values` maps input/param names to tensors or numbers (`params`: the dict its
+    params are read from where not `values`: a problem's own params keep the launch's binding to it)."""
     launch = launch_of(spec, prob.dtype)
-    return launch.run(prob, [values[a] for a in launch.names], values, shapes)
+    return launch.run(prob, [values[a] for a in launch.names], values if params is None else params, shapes)
 
 
 def _flat_np(t):
@@ -795,9 +796,7 @@ class FusedEngine:
         code = plan.backward.storage.get("__gout")  # grad_output as the kernel reads it
         gdt = _FROM16[code] if code else prob.dtype
         values["__gout"] = (gout if gout.dtype is gdt else gout.to(gdt)).contiguous()
-        launch = launch_of(plan.backward, prob.dtype)
-        # the problem's params as the launch's: its binding to the problem then holds from call to call
-        grads = launch.run(prob, [values[a] for a in launch.names], prob.params, [shapes[i] for i in plan.wrt])
+        grads = run_spec(plan.backward, prob, values, [shapes[i] for i in plan.wrt], prob.params)
         return _place(plan.wrt, grads, len(prob.graph.inputs))
 
 
@@ -1247,14 +1246,20 @@ def rerun(keep, prob, tensors, use_autogen, handwritten=None, fallback=True):
     if engine is not None and keep.policy == _policy.get_policy():
         if observers:  # explain() listening
             _capture(prob)
-        ts = tensors if engine.low_precision else widened(prob, tensors)
         try:
-            if _differentiable(ts):
-                return _apply(engine, *ts)
-            return engine.forward(ts, (False,) * len(ts))[0]
+            return _run_engine(engine, prob, tensors)
         except Exception:  # noqa: BLE001
             keep.engine = None
     return execute(prob, tensors, use_autogen, handwritten, fallback, keep)
+
+
+def _run_engine(engine, prob, tensors):
+    """The engine's forward on the call's tensors (widened where it reads no 16-bit data), under autograd
+    where a gradient is wanted."""
+    ts = tensors if getattr(engine, "low_precision", False) else widened(prob, tensors)
+    if _differentiable(ts):
+        return _apply(engine, *ts)
+    return engine.forward(ts, (False,) * len(ts))[0]  # skip autograd's bookkeeping
 
 
 def execute(prob, tensors, use_autogen, handwritten=None, fallback=True, keep=None):
@@ -1276,16 +1281,8 @@ def execute(prob, tensors, use_autogen, handwritten=None, fallback=True, keep=No
         engine = PrimEngine(prob)
     if prob.graph.mode == "cf" and not isinstance(engine, FusedEngine):  # only fused kernels read it in place
         return execute(*as_rows(prob, tensors), use_autogen, None, fallback)
-    differentiable = _differentiable(tensors)
-
-    def run(eng):
-        ts = tensors if getattr(eng, "low_precision", False) else widened(prob, tensors)
-        if differentiable:
-            return _apply(eng, *ts)
-        return eng.forward(ts, (False,) * len(ts))[0]  # skip autograd's bookkeeping
-
     try:
-        out = run(engine)
+        out = _run_engine(engine, prob, tensors)
         if keep is not None and engine.fused and engine.path != "fallback":
             keep.engine, keep.policy = engine, _policy.get_policy()
         return out
@@ -1304,6 +1301,6 @@ def execute(prob, tensors, use_autogen, handwritten=None, fallback=True, keep=No
     if prob.graph.mode == "cf":
         prob, tensors = as_rows(prob, tensors)
     try:
-        return run(PrimEngine(prob, force_fallback=True))
+        return _run_engine(PrimEngine(prob, force_fallback=True), prob, tensors)
     except ScheduleError as exc:
         return run_torch(prob, tensors, f"not fusable: {exc}")

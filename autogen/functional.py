@@ -18,7 +18,7 @@ from . import decompositions as D
 from . import inline
 from . import ops as _ops
 from .codegen import _ENV
-from .executor import Problem, _transformed, contiguous as _contiguous, execute, handwritten_for, rerun
+from .executor import Problem, _flat_np, _transformed, contiguous as _contiguous, execute, handwritten_for, rerun
 from .policies import _local as _state, calm, get_policy, note, recording
 
 LOSSES = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
@@ -531,8 +531,7 @@ def _small_array(x):
     """The flat numpy view of a small contiguous float32/float64 tensor, else None: a value check on it is
     one serial numba pass (~5-10 us less than torch ops); a large one takes torch's vectorized threads."""
     if x.numel() < 1 << 16 and x.dtype in (torch.float32, torch.float64) and x.is_contiguous():
-        a = x.detach().numpy()
-        return a if a.ndim == 1 else a.reshape(-1)
+        return _flat_np(x)
     return None
 
 
@@ -926,12 +925,10 @@ def _row_targets(target, cdt, R):
 
 def _check_margin_targets(target, C):
     if target.numel():
-        t = target.detach()
-        if t.dtype is torch.int64 and t.is_contiguous():  # one numba pass (four torch ops cost ~10 us)
-            a = t.numpy()
-            bad = _first_bad_target(a if a.ndim == 1 else a.reshape(-1), C, None)
+        if target.dtype is torch.int64 and target.is_contiguous():  # one numba pass (four torch ops cost ~10 us)
+            bad = _first_bad_target(_flat_np(target), C, None)
         else:
-            t = t.reshape(-1)
+            t = target.detach().reshape(-1)
             bad = 0 if bool(((t < 0) | (t >= C)).any()) else -1
         if bad >= 0:
             raise RuntimeError("target out of range")

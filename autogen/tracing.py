@@ -32,7 +32,7 @@ from . import decompositions as D
 from . import inline
 from . import ops as _ops
 from .errors import AutogenError, CompileError, TracingError, UnsupportedOpError
-from .executor import LossGraph, Problem, contiguous as _contiguous, rerun
+from .executor import LossGraph, Problem, _flat_np, contiguous as _contiguous, rerun
 from .functional import _compute_dtype, broadcast_shapes
 from .ir import COL, ELEM, ROW, SCALAR, Node, apply as A, const, input as inp, iota, order_of, param, toposort
 from .policies import get_policy, get_strict, tracing, tracing_scope, unrecorded
@@ -1358,7 +1358,7 @@ def _run(traced, tensors):
     for (node, expr), quick in zip(traced.index_inputs, fast):
         x = tensors[quick[0]] if quick is not None else None
         if x is not None and x.dtype is torch.int64 and x.is_contiguous():  # where(x != v, x, fill), checked
-            src = x.detach().reshape(-1).numpy()
+            src = _flat_np(x)
             out = np.empty(src.size, np.int64)
             bad = _where_ne(src, quick[1], quick[2], C, out)
             idx = torch.from_numpy(out)

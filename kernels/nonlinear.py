@@ -32,7 +32,7 @@ from numba.extending import intrinsic
 
 from autogen import mathlib
 from autogen.codegen import _MATHLIB
-from autogen.executor import _POOL_MIN, _pool_array, pooled, pooled_flat, pooled_like, split_run
+from autogen.executor import _POOL_MIN, _flat_np, _pool_array, pooled, pooled_flat, pooled_like, split_run
 from autogen.policies import note
 
 from .losses import _LOAD, _STORE, _same
@@ -136,17 +136,11 @@ def _silu_kernels(F, ld=_same, st=_same, salt=_MATHLIB):
     return forward, backward
 
 
-def _arr(t):
-    """The flat numpy view of a contiguous tensor of any shape (16-bit data as its uint16 bits)."""
-    t = t.detach().view(-1)
-    return (t.view(torch.uint16) if t.dtype in _LOAD else t).numpy()
-
-
 def _run(kernel, x, *rest):
     """kernel over x's blocks; the other arguments tensors (as arrays) or numbers."""
     n = x.numel()
-    split_run(kernel, -(-n // _BLOCK), (_arr(x),) + tuple(_arr(t) if isinstance(t, torch.Tensor) else t
-                                                          for t in rest), work=n)
+    split_run(kernel, -(-n // _BLOCK), (_flat_np(x),) + tuple(_flat_np(t) if isinstance(t, torch.Tensor) else t
+                                                             for t in rest), work=n)
 
 
 def _io(dtype):
@@ -384,7 +378,7 @@ class MaskedEngine:
         if x.dtype in _LOAD:  # x's shape on the pool's memory, not a view of it: the caller may change it in place
             flat = pooled(n, x.dtype)
             out = torch.empty(0, dtype=x.dtype).set_(flat.untyped_storage(), 0, x.shape)
-            oa = _arr(flat)
+            oa = _flat_np(flat)
         else:
             out, oa = pooled_flat(x)  # a tensor of its own over a numpy array: not a view either
         if with_mask:
@@ -393,7 +387,7 @@ class MaskedEngine:
             mask = torch.from_numpy(ma)
         else:
             ma, mask = _NO_MASK, None
-        split_run(kernel, -(-n // _BLOCK), (_arr(x), oa, ma) + self.args, work=n)
+        split_run(kernel, -(-n // _BLOCK), (_flat_np(x), oa, ma) + self.args, work=n)
         note(self.prob.graph.name, self.path, True, "forward", self.reason)
         return out, mask
 
@@ -407,7 +401,7 @@ class MaskedEngine:
             kernel = self.kernels[gout.dtype] = _masked_backward(self.F, self.off == 0, *_io(gout.dtype))
         grad, ga = pooled_flat(gout)
         n = gout.numel()
-        split_run(kernel, -(-n // _BLOCK), (_arr(gout), mask.numpy(), ga, self.on, self.off), work=n)
+        split_run(kernel, -(-n // _BLOCK), (_flat_np(gout), mask.numpy(), ga, self.on, self.off), work=n)
         return grad
 
     def backward_ops(self, mask, gout):
