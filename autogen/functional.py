@@ -10,6 +10,7 @@ import threading
 import warnings
 
 import numba
+import numpy as np
 import torch
 import torch.nn.functional as TF
 from torch.nn import _reduction as _Reduction
@@ -667,12 +668,23 @@ def _int_arg(op, name, position, value):
 
 @numba.njit(nogil=True, cache=True)
 def _first_bad_target(t, C, ignore_index):
-    """Index of the first target outside [0, C) that is not ignore_index (None: none is), or -1 (one pass,
-    ~1 us per 8K targets: the torch-op version of this check cost 40 us, a tenth of nll's whole call at 4M)."""
-    for i in range(t.size):
-        k = t[i]
-        if (ignore_index is None or k != ignore_index) and (k < 0 or k >= C):
-            return i
+    """Index of the first target outside [0, C) that is not ignore_index (None: none is), or -1. The test
+    pass has no early exit so that it vectorizes (an exit per element made it 5x slower); only a bad target
+    pays for the search."""
+    c = np.uint64(C)
+    bad = False
+    if ignore_index is None:
+        for i in range(t.size):
+            bad |= np.uint64(t[i]) >= c  # a negative index wraps above C
+    else:
+        for i in range(t.size):
+            k = t[i]
+            bad |= (k != ignore_index) & (np.uint64(k) >= c)
+    if bad:
+        for i in range(t.size):
+            k = t[i]
+            if (ignore_index is None or k != ignore_index) and (k < 0 or k >= C):
+                return i
     return -1
 
 

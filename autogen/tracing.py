@@ -33,7 +33,7 @@ from . import inline
 from . import ops as _ops
 from .errors import AutogenError, CompileError, TracingError, UnsupportedOpError
 from .executor import LossGraph, Problem, _flat_np, contiguous as _contiguous, rerun
-from .functional import _compute_dtype, broadcast_shapes
+from .functional import _compute_dtype, _first_bad_target, broadcast_shapes
 from .ir import COL, ELEM, ROW, SCALAR, Node, apply as A, const, input as inp, iota, order_of, param, toposort
 from .policies import get_policy, get_strict, tracing, tracing_scope, unrecorded
 from .primitives import PRIMS
@@ -1369,7 +1369,7 @@ def _run(traced, tensors):
             else:
                 idx = _eval_index(expr, tensors, traced)
             idx = idx if idx.is_contiguous() else idx.contiguous()
-            bad = _first_outside(idx.numpy(), C) if idx.numel() else -1
+            bad = _first_bad_target(idx.numpy(), C, None) if idx.numel() else -1
         if bad >= 0:
             raise RuntimeError(f"index {int(idx[bad])} is out of bounds for dimension 1 with size {C}")
         args.append(idx)
@@ -1412,15 +1412,6 @@ def _where_ne(x, v, fill, C, out):
         if bad < 0 and (y < 0 or y >= C):
             bad = i
     return bad
-
-
-@numba.njit(nogil=True, cache=True)
-def _first_outside(idx, C):
-    """Position of the first index outside [0, C), or -1 (one pass: four torch ops cost ~5 us at 1K)."""
-    for i in range(idx.size):
-        if idx[i] < 0 or idx[i] >= C:
-            return i
-    return -1
 
 
 def _signature(module, tensors):

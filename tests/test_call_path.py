@@ -65,6 +65,23 @@ def test_a_class_index_out_of_range_raises_like_torch(bad):
         corpus.Focal(use_autogen=True)(x, t)
 
 
+# (length, the bad values by position): first, middle, last, two bad, the extremes of int64
+_TARGET_ROWS = [(1, {0: 5}), (1, {0: -1}), (33, {16: 5}), (33, {32: -3}), (1000, {7: 9, 500: -1}),
+                (1000, {999: 1 << 62}), (1000, {3: -(1 << 63)}), (1000, {}), (0, {}), (1000, {10: -100}),
+                (1000, {10: -100, 20: 5})]
+
+
+@pytest.mark.parametrize("ignore", [None, -100, 5])
+@pytest.mark.parametrize("n, bad", _TARGET_ROWS)
+def test_the_target_check_finds_the_first_bad_target(n, bad, ignore):
+    """The class-target check (a vectorized test pass, then a search) against a Python loop over a table."""
+    t = torch.randint(0, 5, (n,))
+    for i, v in bad.items():
+        t[i] = v
+    want = next((i for i, k in enumerate(t.tolist()) if k != ignore and not 0 <= k < 5), -1)
+    assert AF._first_bad_target(t.numpy(), 5, ignore) == want
+
+
 def test_an_input_of_another_dtype_than_the_specialised_one_takes_the_dispatcher():
     """After its first call a launch calls the compiled overload itself; a call whose input arrays have other
     dtypes (a float64 input to a float32 plan) goes through numba's dispatcher and gets the right numbers."""
