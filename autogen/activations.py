@@ -154,9 +154,9 @@ NONLINEARITIES = _table(
 # faster than torch's own op in both allocator states, on one thread and on torch's threads: name ->
 # (elements with a gradient, without), None where it was slower at some setting of every size measured.
 # Measured on float32 by `autogen bench --crossovers` (it prints this table), float64 following;
-# FASTER_FROM_16BIT for bfloat16 and float16 inputs (16-bit storage halves our kernels' bytes, while torch's
-# computes through float32), by `autogen bench --crossovers --dtype bfloat16`. FASTER_FROM = None sends every
-# size, in every dtype, to our kernel.
+# FASTER_FROM_BF16 and FASTER_FROM_F16 for 16-bit inputs (16-bit storage halves our kernels' bytes, while
+# torch's kernels differ per dtype), by `autogen bench --crossovers --dtype bfloat16` (float16; bfloat16: the
+# larger size of two runs where they differ). FASTER_FROM = None sends every size, in every dtype, to our kernel.
 FASTER_FROM = {
     "relu": (None, None), "relu6": (None, None), "leaky_relu": (None, None), "elu": (1 << 20, 1 << 18),
     "selu": (1 << 20, 1 << 18), "celu": (1 << 18, 1 << 18), "gelu": (None, None), "silu": (None, None),
@@ -165,20 +165,29 @@ FASTER_FROM = {
     "hardsigmoid": (None, None), "hardswish": (None, None), "hardshrink": (None, None), "softshrink": (None, None),
     "tanhshrink": (1 << 18, 1 << 16), "threshold": (None, None), "prelu": (None, None), "glu": (None, None),
 }
-FASTER_FROM_16BIT = {
-    "relu": (None, None), "relu6": (1 << 22, 1 << 22), "leaky_relu": (None, None), "elu": (1 << 20, 1 << 16),
-    "selu": (1 << 18, 1 << 16), "celu": (1 << 18, 1 << 16), "gelu": (None, None), "silu": (None, None),
-    "mish": (1 << 16, 1 << 16), "sigmoid": (None, None), "tanh": (1 << 20, 1 << 16), "softplus": (1 << 22, None),
-    "softsign": (1 << 18, 1 << 18), "logsigmoid": (None, 1 << 22), "hardtanh": (1 << 22, None),
-    "hardsigmoid": (1 << 22, None), "hardswish": (None, None), "hardshrink": (None, None),
+FASTER_FROM_BF16 = {
+    "relu": (None, None), "relu6": (None, 1 << 22), "leaky_relu": (None, None), "elu": (1 << 20, 1 << 18),
+    "selu": (1 << 20, 1 << 18), "celu": (1 << 20, 1 << 18), "gelu": (None, None), "silu": (None, None),
+    "mish": (1 << 16, 1 << 16), "sigmoid": (None, None), "tanh": (1 << 20, 1 << 18), "softplus": (1 << 22, None),
+    "softsign": (1 << 18, 1 << 20), "logsigmoid": (None, 1 << 22), "hardtanh": (None, None),
+    "hardsigmoid": (None, None), "hardswish": (None, None), "hardshrink": (None, None),
     "softshrink": (1 << 22, 1 << 20), "tanhshrink": (1 << 18, 1 << 16), "threshold": (None, None),
     "prelu": (1 << 18, None), "glu": (None, None),
+}
+FASTER_FROM_F16 = {
+    "relu": (None, None), "relu6": (None, None), "leaky_relu": (None, None), "elu": (1 << 18, 1 << 18),
+    "selu": (1 << 18, 1 << 18), "celu": (1 << 20, 1 << 18), "gelu": (None, None), "silu": (None, None),
+    "mish": (1 << 16, 1 << 16), "sigmoid": (None, None), "tanh": (1 << 20, 1 << 18),
+    "softplus": (1 << 22, 1 << 20), "softsign": (1 << 18, 1 << 20), "logsigmoid": (1 << 22, 1 << 18),
+    "hardtanh": (None, 1 << 22), "hardsigmoid": (None, 1 << 20), "hardswish": (None, 1 << 22),
+    "hardshrink": (None, 1 << 22), "softshrink": (None, 1 << 20), "tanhshrink": (1 << 18, 1 << 16),
+    "threshold": (None, 1 << 22), "prelu": (1 << 18, None), "glu": (None, None),
 }
 
 
 def _faster_from(dtype):
     """The size table for inputs of `dtype`."""
-    return FASTER_FROM_16BIT if dtype in _LOW16 else FASTER_FROM
+    return FASTER_FROM_BF16 if dtype is torch.bfloat16 else FASTER_FROM_F16 if dtype is torch.float16 else FASTER_FROM
 
 
 def _torch_faster(name, input, *others):

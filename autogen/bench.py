@@ -404,7 +404,7 @@ def crossovers(names, sizes=CROSSOVER_SIZES, reps=15, dtype="float32"):
     """The size from which ours measured faster than eager in both allocator states, on one thread and on torch's
     threads (a kernel that wins alone can lose beside torch's thread pool), at every size measured from there
     up: {name: (with gradient, without)}, None where at no size. Prints it as activations.FASTER_FROM
-    (FASTER_FROM_16BIT for a 16-bit dtype)."""
+    (FASTER_FROM_BF16 or FASTER_FROM_F16 for a 16-bit dtype)."""
     import subprocess
     states = []
     for threads in sorted({1, torch.get_num_threads()}):
@@ -424,7 +424,7 @@ def crossovers(names, sizes=CROSSOVER_SIZES, reps=15, dtype="float32"):
             print(f"{name:12s} {mode:8s} " + " ".join(f"{_size_label(n)}: " + "/".join(
                 f"{st[f'{name} {n} {mode}']:.2f}" for st in states) for n in sizes))
         table[name] = tuple(row)
-    print(f"FASTER_FROM{'_16BIT' if dtype in ('bfloat16', 'float16') else ''} = {{  # name: (elements from which "
+    print(f"FASTER_FROM{ {'bfloat16': '_BF16', 'float16': '_F16'}.get(dtype, '')} = {{  # name: (elements from which "
           f"ours is faster with a gradient, without), {dtype}")
     for name, row in table.items():
         print(f"    {name!r}: ({', '.join('None' if v is None else f'1 << {v.bit_length() - 1}' for v in row)}),")
@@ -835,7 +835,7 @@ def main(argv=None):
     ap.add_argument("--crossovers", action="store_true",
                     help="measure activations.FASTER_FROM: where ours is faster than eager (1 and torch's threads, both states)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
-                    help="with --crossovers: the nonlinearities' dtype (16 bits: activations.FASTER_FROM_16BIT)")
+                    help="with --crossovers: the nonlinearities' dtype (16 bits: activations.FASTER_FROM_BF16, _F16)")
     ap.add_argument("--states-threads", type=int, default=None,
                     help="threads for that table (default torch's; 1: timed by the thread's CPU time)")
     ap.add_argument("--no-custom", action="store_true", help="skip the custom-loss table")

@@ -236,11 +236,12 @@ def test_a_signature_reruns_its_engine_per_gradient_need(name, monkeypatch):
 
 
 def test_size_table_per_dtype(monkeypatch):
-    """16-bit inputs take their own size table (FASTER_FROM_16BIT), float32 the other: recorded, and on the calm
-    path (no policy or record block open) told by the result's backward node."""
+    """Each 16-bit dtype takes its own size table (FASTER_FROM_BF16, FASTER_FROM_F16), float32 the other:
+    recorded, and on the calm path (no policy or record block open) told by the result's backward node."""
     monkeypatch.setattr(activations, "FASTER_FROM", {"relu": (None, None)})
-    monkeypatch.setattr(activations, "FASTER_FROM_16BIT", {"relu": (1, 1)})
-    for dtype, want in ((torch.float32, "fallback"), (torch.bfloat16, "handwritten")):
+    monkeypatch.setattr(activations, "FASTER_FROM_BF16", {"relu": (1, 1)})
+    monkeypatch.setattr(activations, "FASTER_FROM_F16", {"relu": (None, None)})
+    for dtype, want in ((torch.float32, "fallback"), (torch.bfloat16, "handwritten"), (torch.float16, "fallback")):
         x = torch.randn(64).to(dtype).requires_grad_()
         with autogen.policy("medium"), autogen.record() as rec:
             AF.relu(x).sum().backward()
