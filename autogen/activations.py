@@ -160,7 +160,7 @@ NONLINEARITIES = _table(
 FASTER_FROM = {
     "relu": (None, None), "relu6": (None, None), "leaky_relu": (None, None), "elu": (1 << 20, 1 << 18),
     "selu": (1 << 20, 1 << 18), "celu": (1 << 18, 1 << 18), "gelu": (None, None), "silu": (None, None),
-    "mish": (1 << 16, 1 << 16), "sigmoid": (None, None), "tanh": (1 << 18, 1 << 16), "softplus": (None, 1 << 18),
+    "mish": (1 << 16, 1 << 16), "sigmoid": (None, None), "tanh": (1 << 18, 1 << 16), "softplus": (1 << 20, 1 << 18),
     "softsign": (1 << 18, 1 << 18), "logsigmoid": (1 << 22, 1 << 18), "hardtanh": (None, None),
     "hardsigmoid": (None, None), "hardswish": (None, None), "hardshrink": (None, None), "softshrink": (None, None),
     "tanhshrink": (1 << 18, 1 << 16), "threshold": (None, None), "prelu": (None, None), "glu": (None, None),

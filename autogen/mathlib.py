@@ -377,15 +377,12 @@ def _build(bits):
     @jit
     def sigmoid(x):
         # num/(1+e) with e = exp(-|x|) in (0, 1] (no overflow, subnormal
-        # results kept), num = e for x < 0 else 1.  1 + e is carried exactly
-        # as d + de; with rd = 1/d and res = 1 - rd*(d + de) (exact via FMA),
-        # num/(d + de) = num*rd*(1 + res) is rounded once.
+        # results kept), num = e for x < 0 else 1: within 2 ulp in float32
+        # (torch's own is too). Carrying 1 + e exactly instead (two_sum and
+        # an FMA correction) gave 1 ulp at 1.4x the time, slower than torch's.
         e = exp(-abs(x))
         num = ONE if x >= ZERO else e
-        d, de = _two_sum(ONE, e)
-        rd = ONE / d
-        res = _fma(-rd, d, ONE) - rd * de
-        return _fma(num, rd, num * (rd * res))
+        return num / (ONE + e)
 
     @jit
     def erf(x):
