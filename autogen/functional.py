@@ -669,8 +669,7 @@ def _int_arg(op, name, position, value):
 @numba.njit(nogil=True, cache=True)
 def _first_bad_target(t, C, ignore_index):
     """Index of the first target outside [0, C) that is not ignore_index (None: none is), or -1. The test
-    pass has no early exit so that it vectorizes (an exit per element made it 5x slower); only a bad target
-    pays for the search."""
+    pass has no early exit, so that it vectorizes; only a bad target pays for the search."""
     c = np.uint64(C)
     bad = False
     if ignore_index is None:
