@@ -361,7 +361,7 @@ class _Launch:
                     if lock is not None:
                         lock.release()
                 return outs
-        if entry and n < _RATE_MIN:  # too small to learn the kernel's speed from: no timing
+        if entry and (n < _RATE_MIN or _timings.get(fn, 0) >= _SAMPLES):  # no timing: too small or learnt
             entry(n, c, 0, r, r, True, *args)
         else:
             _timed(fn, n, lambda: fn(n, c, 0, r, r, True, *args))
@@ -460,6 +460,8 @@ _PAR_SECONDS = 5e-5  # use threads only when one thread would take longer than t
 _ran = set()         # kernels called at least once (compiled for the types they take here)
 _rates = {}          # kernel -> fastest seen seconds per element on one thread (measured as we go)
 _RATE_MIN = 4096     # elements: a smaller call says more about overhead than about the kernel
+_SAMPLES = 8         # timed calls per kernel: its later calls run untimed (and through the entry point)
+_timings = {}        # kernel -> timed calls so far
 
 
 class _ThreadState(threading.local):
@@ -529,6 +531,7 @@ def _timed(kernel, work, call):
         seconds = (time.perf_counter() - t0) / work
         rate = _rates.get(kernel)
         _rates[kernel] = seconds if rate is None else min(rate, seconds)
+        _timings[kernel] = _timings.get(kernel, 0) + 1
 
 
 @numba.njit(parallel=True, nogil=True)
@@ -546,7 +549,7 @@ def split_run(fn, count, args, work=None):
     that pays (`work`, default `count`: the element count the kernel's speed is measured by)."""
     work = count if work is None else work
     if fn in _serial_only or not _use_threads(fn, work, count):
-        if work < _RATE_MIN and fn in _ran:  # too small to learn the kernel's speed from: no timing
+        if work < _RATE_MIN and fn in _ran or _timings.get(fn, 0) >= _SAMPLES:  # too small, or learnt
             fn(0, count, *args)
         else:
             _timed(fn, work, lambda: fn(0, count, *args))

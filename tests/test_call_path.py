@@ -82,6 +82,22 @@ def test_the_target_check_finds_the_first_bad_target(n, bad, ignore):
     assert AF._first_bad_target(t.numpy(), 5, ignore) == want
 
 
+@pytest.mark.parametrize("policy, name, path", [("medium", "mse_loss", "handwritten"),
+                                                ("aggressive", "smooth_l1_loss", "autogen")])
+def test_a_kernel_is_timed_for_its_first_calls_only(monkeypatch, policy, name, path):
+    """A call of at least _RATE_MIN elements times its kernel (the speed that picks one thread or several)
+    for the kernel's first _SAMPLES such calls; later calls run untimed and give the same numbers."""
+    timed, real = [], executor._timed
+    monkeypatch.setattr(executor, "_timings", {})
+    monkeypatch.setattr(executor, "_timed", lambda k, w, call: (timed.append(k), real(k, w, call)))
+    x, t = torch.randn(64, executor._RATE_MIN // 32), torch.randn(64, executor._RATE_MIN // 32)
+    for _ in range(executor._SAMPLES + 4):
+        compare(lambda a, b: getattr(AF, name)(a, b, use_autogen=True), getattr(TF, name),
+                [x.requires_grad_(), t], policy=policy, paths=[path], fused=True)
+    assert timed and all(timed.count(k) <= executor._SAMPLES + 1 for k in timed), [timed.count(k) for k in timed]
+    assert all(executor._timings[k] == executor._SAMPLES for k in timed)
+
+
 def test_an_input_of_another_dtype_than_the_specialised_one_takes_the_dispatcher():
     """After its first call a launch calls the compiled overload itself; a call whose input arrays have other
     dtypes (a float64 input to a float32 plan) goes through numba's dispatcher and gets the right numbers."""
