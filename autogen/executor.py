@@ -144,6 +144,14 @@ def _pool_array(nbytes, npdt, shape=None):
     return arr
 
 
+def _out_array(nbytes, npdt, shape):
+    """An uninitialized numpy array of `shape` and `nbytes` bytes: numpy's below _POOL_MIN, else the pool's
+    (hand torch this array itself, as _pool_array says)."""
+    if nbytes < _POOL_MIN:
+        return np.empty(shape, npdt)
+    return _pool_array(nbytes, npdt, shape)
+
+
 def pooled(size, dtype):
     """An uninitialized 1-D tensor of `size` elements, its memory from the pool."""
     nbytes = size * dtype.itemsize
@@ -165,11 +173,7 @@ def pooled_flat(t):
     if npdt is None:  # 16-bit: a uint16 buffer viewed as t's dtype
         out = pooled(t.numel(), t.dtype)
         return out.view(t.shape), _flat_np(out)
-    nbytes = t.numel() * t.dtype.itemsize
-    if nbytes < _POOL_MIN:
-        a = np.empty(t.numel(), npdt)
-        return torch.from_numpy(a.reshape(t.shape)), a
-    a = _pool_array(nbytes, npdt, t.shape)  # the tensor holds the array the pool watches
+    a = _out_array(t.numel() * t.dtype.itemsize, npdt, t.shape)  # the tensor holds the array the pool watches
     return torch.from_numpy(a), a.reshape(-1)
 
 
@@ -361,7 +365,7 @@ class _Launch:
                     if lock is not None:
                         lock.release()
                 return outs
-        if entry and (n < _RATE_MIN or _timings.get(fn, 0) >= _SAMPLES):  # no timing: too small or learnt
+        if entry and _untimed(fn, n):  # entry: fn has run
             entry(n, c, 0, r, r, True, *args)
         else:
             _timed(fn, n, lambda: fn(n, c, 0, r, r, True, *args))
@@ -519,6 +523,13 @@ def _after_fork_in_child():
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _untimed(kernel, work):
+    """Whether a call of `work` elements runs untimed: the compiled kernel's speed is learnt (its first _SAMPLES
+    calls of at least _RATE_MIN elements were timed), or the call is too small to say more about overhead than
+    about the kernel."""
+    return work < _RATE_MIN and kernel in _ran or _timings.get(kernel, 0) >= _SAMPLES
+
+
 def _timed(kernel, work, call):
     """Run call() on this thread and learn the kernel's time per element (not from a compiling call,
     nor from a call too small to say more about overhead than about the kernel)."""
@@ -549,7 +560,7 @@ def split_run(fn, count, args, work=None):
     that pays (`work`, default `count`: the element count the kernel's speed is measured by)."""
     work = count if work is None else work
     if fn in _serial_only or not _use_threads(fn, work, count):
-        if work < _RATE_MIN and fn in _ran or _timings.get(fn, 0) >= _SAMPLES:  # too small, or learnt
+        if _untimed(fn, work):
             fn(0, count, *args)
         else:
             _timed(fn, work, lambda: fn(0, count, *args))

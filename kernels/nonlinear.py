@@ -32,7 +32,7 @@ from numba.extending import intrinsic
 
 from autogen import mathlib
 from autogen.codegen import _MATHLIB
-from autogen.executor import _POOL_MIN, _flat_np, _pool_array, pooled, pooled_flat, pooled_like, split_run
+from autogen.executor import _flat_np, _out_array, pooled, pooled_flat, pooled_like, split_run
 from autogen.policies import note
 
 from .losses import _LOAD, _STORE, _same
@@ -383,7 +383,7 @@ class MaskedEngine:
             out, oa = pooled_flat(x)  # a tensor of its own over a numpy array: not a view either
         if with_mask:
             nbytes = _mask_bytes(n)
-            ma = np.empty(nbytes, np.uint8) if nbytes < _POOL_MIN else _pool_array(nbytes, np.uint8)
+            ma = _out_array(nbytes, np.uint8, nbytes)
             mask = torch.from_numpy(ma)
         else:
             ma, mask = _NO_MASK, None
