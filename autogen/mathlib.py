@@ -137,14 +137,38 @@ def _pow2(typingctx, n):
         return n(n), codegen
 
 
+def _native_ldexp():
+    """Whether LLVM lowers a vector llvm.ldexp to one instruction for numba's target (AVX-512's vscalef);
+    elsewhere it becomes a libm call per lane. A target named by NUMBA_CPU_NAME (portable caches) may
+    lack what the host has: the two-step scaling then."""
+    from llvmlite import binding
+    from numba.core import config
+    return not config.CPU_NAME and bool(binding.get_host_cpu_features().get('avx512f', False))
+
+
+_NATIVE_LDEXP = _native_ldexp()
+
+
 @intrinsic
 def _ldexp2(typingctx, y, n):
-    """y * 2**n in two exact-power steps, so results may overflow to inf or
-    round correctly into the subnormal range (|n| up to ~2*bias+mant)."""
+    """y * 2**n, n integer-valued, rounded once: results may overflow to inf or round correctly into the
+    subnormal range (|n| up to ~2*bias+mant). One vscalef where native (bitwise the same result as the
+    two exact-power steps elsewhere, and a quarter less time for exp)."""
     if isinstance(y, types.Float) and y == n:
         def codegen(context, builder, sig, args):
             yv, nv = args
             fty = yv.type
+            ity, mant, _ = _FMT[y.bitwidth]
+            if _NATIVE_LDEXP:
+                # n as an integer by the magic-number add: defined for every input (fptosi of NaN is poison)
+                magic = ir.Constant(fty, 1.5 * 2.0 ** mant)
+                k = builder.sub(builder.bitcast(builder.fadd(nv, magic, flags=_EXACT), ity),
+                                builder.bitcast(magic, ity))
+                i32 = ir.IntType(32)
+                k = builder.trunc(k, i32) if ity.width > 32 else k
+                fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(fty, [fty, i32]),
+                                                    'llvm.ldexp.%s.i32' % fty.intrinsic_name)
+                return builder.call(fn, [yv, k])
             lim = ir.Constant(fty, float(_FMT[y.bitwidth][2] // 2))
             nc = builder.select(builder.fcmp_ordered('>', nv, lim), lim, nv)
             nc = builder.select(builder.fcmp_ordered('<', nc, builder.fneg(lim)),

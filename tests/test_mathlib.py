@@ -171,6 +171,41 @@ def test_subnormals(dt):
     assert apply('sigmoid', np.array([-100.0], dtype=dt))[0] > 0
 
 
+def _ldexp_kernel():
+    """A fresh kernel of mathlib._ldexp2 (compiled at its first call, with the scaling chosen then)."""
+    @numba.njit(fastmath=M.FASTMATH, error_model='numpy')
+    def k(y, n, out):
+        for i in range(y.shape[0]):
+            out[i] = M._ldexp2(y[i], n[i])
+    return k
+
+
+@pytest.mark.parametrize('dt', DTYPES, ids=['f32', 'f64'])
+def test_ldexp_both_ways_round_as_c(dt, monkeypatch):
+    """_ldexp2 one way (AVX-512's vscalef where numba's target has it) and the other (two exact power-of-two
+    steps) against C's ldexp, bit for bit: every exponent the two steps reach, mantissas about 1 and 2
+    (exp's 1 + p), results that overflow or round into the subnormal range, NaN, inf, zeros."""
+    fi = np.finfo(dt)
+    reach = {np.float32: 189, np.float64: 1533}[dt]  # bias // 2 + bias - 1: the two steps' range
+    rng = np.random.default_rng(0)
+    ys = np.concatenate([[1.0, 1 + fi.eps, 1.5, 2 - fi.eps, 0.70710677, 1.4142135, -1.25, 0.0, -0.0, np.inf,
+                          -np.inf, np.nan], rng.uniform(0.7, 1.42, 24)]).astype(dt)
+    ns = np.arange(-reach, reach + 1).astype(dt)
+    y, n = np.repeat(ys, ns.size), np.tile(ns, ys.size)
+    want = np.ldexp(y, n.astype(np.int64))
+    ways = (False, True) if M._NATIVE_LDEXP else (False,)
+    for native in ways:
+        monkeypatch.setattr(M, '_NATIVE_LDEXP', native)
+        k = _ldexp_kernel()
+        got = np.empty_like(y)
+        k(y, n, got)
+        same = (got.view(f'u{fi.bits // 8}') == want.view(f'u{fi.bits // 8}')) | (np.isnan(got) & np.isnan(want))
+        assert same.all(), (native, y[~same][:5], n[~same][:5], got[~same][:5], want[~same][:5])
+        asm = k.inspect_asm(k.signatures[0])
+        assert ('vscalef' in asm) == native  # the way this pass meant to test
+    assert np.any((want != 0) & (np.abs(want) < fi.tiny)) and np.any(np.isinf(want[np.isfinite(y)]))
+
+
 @pytest.mark.parametrize('dt', DTYPES, ids=['f32', 'f64'])
 @pytest.mark.parametrize('name', FUNCS)
 def test_vectorizes(name, dt):
