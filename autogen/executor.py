@@ -591,13 +591,15 @@ class FusedPlan:
     scaled: bool                 # forward also returns a scalar the gradients must be scaled by
     backward: KernelSpec = None  # separate backward kernel (reduction 'none', or no in-forward form)
     derivative: bool = False     # forward also writes d out / d input; backward is grad_output times it
+    from_output: bool = False    # backward reads grad_output and the forward's output alone (sigmoid's, tanh's)
 
 
 _COSTLY = 20  # when a backward kernel would redo this much math per element (the primitive table's
 # costs: one polynomial function) that the forward kernel has at hand, the forward kernel writes the
-# derivative beside its output (one more stream) and backward only multiplies: silu's and sigmoid's
-# backward need the sigmoid again, tanh's the tanh, gelu's erf. Not for elu: its derivative needs an
-# exp the forward's expm1 does not give, so saving would only add traffic.
+# derivative beside its output (one more stream) and backward only multiplies: silu's backward needs
+# the sigmoid again, gelu's erf. Not for elu: its derivative needs an exp the forward's expm1 does not
+# give, so saving would only add traffic. Nor where the derivative is a function of the output alone
+# (sigmoid, tanh): backward reads the output then (_from_output_plan).
 
 
 def _row_local(graph, wrt, order):
@@ -728,6 +730,8 @@ def fused_plan(graph, needs, dtype, store=None):
                 outs.append((scale, SCALAR))
             plan = FusedPlan(KernelSpec(outs, sdt, f"{label} forward+grad", _store16(graph, store, wrt, None, 1)),
                              wrt, True, scale is not None)
+    if plan is None and wrt and graph.kind != "loss" and graph.level == ELEM and store is None:
+        plan = _from_output_plan(graph, wrt, leaves, KernelSpec, label, sdt)
     if plan is None and wrt:
         ds = _saved_derivatives(graph, wrt)
         if ds is not None:
@@ -747,6 +751,21 @@ def fused_plan(graph, needs, dtype, store=None):
     with _plans_lock:
         _plans[key] = plan
     return plan
+
+
+def _from_output_plan(graph, wrt, leaves, KernelSpec, label, sdt):
+    """A nonlinearity whose gradient is grad_output times a function of its output alone (sigmoid's
+    o * (1 - o), tanh's 1 - o * o): forward writes the output, backward reads grad_output and that output,
+    as torch's does (a saved derivative would be one more stream for forward to write); else None. Not
+    from a 16-bit output: its rounding would reach the gradient, which is rounded once from float32."""
+    out, gout = leaf_input("__out", graph.level), leaf_input("__gout", graph.level)
+    grads = substitute([g for g in vjp([graph.loss], [gout], leaves)], {graph.loss.digest: out})
+    names = {x.attr for x in graph.inputs}
+    if any(g is None for g in grads) or any(n.op == "input" and n.attr in names for n in toposort(grads)):
+        return None
+    fwd = KernelSpec([(graph.loss, graph.level)], sdt, f"{label} forward")
+    bwd = KernelSpec(_grad_outputs(grads, graph.inputs, wrt, label), sdt, f"{label} backward from the output")
+    return FusedPlan(fwd, wrt, False, False, bwd, from_output=True)
 
 
 class FusedEngine:
@@ -770,7 +789,9 @@ class FusedEngine:
             hit = prob._fused = (needs, store, plan, launch, _slots(plan, prob.graph, launch), shapes)
         plan, launch, slots, shapes = hit[2:]
         self.plan = plan
-        self.reads_inputs = plan.backward is not None  # only a backward kernel of its own reads the inputs
+        # only a backward kernel of its own reads the inputs; one from the output reads that (as torch's, saved)
+        self.reads_inputs = plan.backward is not None and not plan.from_output
+        self.saves_result = plan.from_output
         ins = [tensors[i] for i in slots]
         if plan.in_forward:  # the gradients shaped as their inputs, placed (what backward hands autograd)
             outs = launch.run(prob, ins, prob.params, shapes)
@@ -785,6 +806,9 @@ class FusedEngine:
         if plan.derivative:
             return outs[0], (outs[1:], [tensors[i].shape for i in plan.wrt])
         values = dict(prob.params)
+        if plan.from_output:
+            values["__out"] = _RESULT  # the autograd Function saves the output itself
+            return outs[0], (values, [t.shape for t in tensors])
         values.update({x.attr: t for x, t in zip(prob.graph.inputs, tensors)})
         return outs[0], (values, [t.shape for t in tensors])
 
@@ -997,7 +1021,13 @@ def torch_eval(prob, tensors):
         prob, tensors = as_rows(prob, tensors)
     graph = prob.graph
     values = {x.digest: t.reshape(prob.layout(x.level)) for x, t in zip(graph.inputs, widened(prob, tensors))}
-    for node in toposort([graph.loss]):
+    out = _torch_values(prob, [graph.loss], values)[0]
+    return out.expand(prob.layout(graph.level)).reshape(-1 if graph.level else ())
+
+
+def _torch_values(prob, roots, values):
+    """`roots` as torch ops, `values` giving the leaves' tensors by digest (params from the problem)."""
+    for node in toposort(roots):
         if node.digest in values:
             continue
         if not node.args:
@@ -1011,8 +1041,7 @@ def torch_eval(prob, tensors):
             else:
                 val = PRIMS[node.op].torch(*args)
         values[node.digest] = val
-    out = values[graph.loss.digest]
-    return out.expand(prob.layout(graph.level)).reshape(-1 if graph.level else ())
+    return [values[r.digest] for r in roots]
 
 
 def as_rows(prob, tensors):
@@ -1125,7 +1154,8 @@ class _LossFunction(torch.autograd.Function):
         out, saved = engine.forward(tensors, needs)
         graph = engine.prob.graph
         keep = graph.kept
-        ctx.result = len(tensors) == 1 and graph.name in _SAVES_RESULT
+        ctx.from_output = getattr(engine, "saves_result", False)
+        ctx.result = len(tensors) == 1 and (graph.name in _SAVES_RESULT or ctx.from_output)
         ctx.watch = ()
         if keep is not None:  # torch's semantics: its error for a kept input changed in place, else legal
             if getattr(engine, "reads_inputs", True):  # an engine that says no saves only what its forward wrote
@@ -1164,12 +1194,14 @@ class _LossFunction(torch.autograd.Function):
                 ctx.inputs = ctx.saved = None
             return (None, *grads)
         saved, ctx.saved = ctx.saved, None
+        result = None
         if saved is None:  # handed over by a backward that freed the graph: saved_tensors raises torch's error
             saved = ctx.engine.forward(ctx.saved_tensors, ctx.needs)[1]
         elif ctx.reads:
             stored = ctx.saved_tensors  # torch's error if what the backward reads changed in place
             if ctx.result:
-                saved = _replace(saved, _RESULT, stored[0])
+                result = stored[0]
+                saved = _replace(saved, _RESULT, result)
         grads = ctx.engine.backward(saved, gout)
         if grads is saved:  # the forward's gradients themselves (the engine's common case)
             handed, held = True, None
@@ -1185,7 +1217,9 @@ class _LossFunction(torch.autograd.Function):
         if fast and not keep:
             ctx.inputs = None  # the graph is freed: another backward raises torch's error
         elif not handed:
-            ctx.saved = _replace(saved, ctx.saved_tensors[0], _RESULT) if ctx.result else saved
+            # the output unpacked above, marked again: each unpacking is a new tensor, and one kept here
+            # would hold this node (its grad_fn) in a reference cycle with the output's memory
+            ctx.saved = _replace(saved, result, _RESULT) if result is not None else saved
         return (None, *grads)
 
 
@@ -1199,6 +1233,8 @@ def _differentiable_grads(ctx, gout):
     else:
         tensors = ctx.saved_tensors
     wrt = [i for i, need in enumerate(ctx.needs) if need]
+    if ctx.from_output:  # grad_output times a function of the output, in torch ops: differentiable through
+        return _grads_from_output(ctx, tensors[0], gout, wrt)  # the output, as torch's sigmoid backward
     with torch.enable_grad():
         out = torch_eval(ctx.engine.prob, tensors)
         got = torch.autograd.grad(out, [tensors[i] for i in wrt], gout.reshape(out.shape), create_graph=True,
@@ -1207,6 +1243,24 @@ def _differentiable_grads(ctx, gout):
     grads = [None] * len(ctx.needs)
     for i, g in zip(wrt, got):
         grads[i] = (g if g is not None else torch.zeros_like(tensors[i])).reshape(ctx.shapes[i])
+    return grads
+
+
+def _grads_from_output(ctx, out, gout, wrt):
+    """create_graph=True for a from-output plan: its backward kernel's gradients as torch ops on the saved
+    output and grad_output."""
+    prob, plan = ctx.engine.prob, ctx.engine.plan
+    shape = prob.layout(ELEM)
+    roots = [n for n, _ in plan.backward.outputs]
+    leaves = {n.attr: n for n in toposort(roots) if n.op == "input"}
+    values = {leaves[k].digest: t.to(prob.dtype).reshape(shape) for k, t in (("__out", out), ("__gout", gout))
+              if k in leaves}
+    with torch.enable_grad():
+        got = _torch_values(prob, roots, values)
+    _policy.note(prob.graph.name, "fallback", False, "backward", "create_graph: torch ops")
+    grads = [None] * len(ctx.needs)
+    for i, g in zip(wrt, got):
+        grads[i] = g.expand(shape).to(out.dtype).reshape(ctx.shapes[i])
     return grads
 
 

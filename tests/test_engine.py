@@ -126,16 +126,19 @@ def test_threaded_variants_match_serial(monkeypatch):
     assert not executor._serial_only, "the threaded trampoline failed to compile for a kernel"
 
 
-@pytest.mark.parametrize("name,saved", [("sigmoid", True), ("silu", True), ("tanh", True), ("mish", True),
-                                        ("relu", False), ("elu", False), ("hardtanh", False)])
-def test_saved_derivative_where_backward_would_redo_the_forward_math(name, saved):
-    """sigmoid's backward needs the sigmoid again: the forward kernel writes the derivative and backward
-    multiplies. elu's needs an exp its forward (expm1) lacks, relu's nothing costly: recomputed there."""
+@pytest.mark.parametrize("name,way", [("sigmoid", "output"), ("silu", "derivative"), ("tanh", "output"),
+                                      ("mish", "derivative"), ("relu", "inputs"), ("elu", "inputs"),
+                                      ("hardtanh", "inputs")])
+def test_backward_reads_the_derivative_the_output_or_the_inputs(name, way):
+    """silu's backward needs the sigmoid again: the forward kernel writes the derivative and backward
+    multiplies. sigmoid's and tanh's derivative is a function of the output: backward reads the output, as
+    torch's. elu's needs an exp its forward (expm1) lacks, relu's nothing costly: recomputed from the input.
+    Each twice from one forward (retain_graph), as torch's."""
     from autogen import activations
     graph = activations.graph(name)
     plan = executor.fused_plan(graph, (True,), torch.float32)
-    assert plan.derivative is saved
-    assert (plan.backward is None) is saved
+    assert plan.derivative is (way == "derivative") and plan.from_output is (way == "output")
+    assert (plan.backward is None) is (way == "derivative")
     x = torch.randn(64, 33, dtype=torch.float64, requires_grad=True)
     xt = x.detach().clone().requires_grad_()
     g1, g2 = torch.randn(64, 33, dtype=torch.float64), torch.randn(64, 33, dtype=torch.float64)

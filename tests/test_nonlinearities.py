@@ -1,4 +1,6 @@
 """Every nonlinearity x path x dtype against torch: values and gradients, kinks and extremes."""
+import gc
+
 import pytest
 import torch
 import torch.nn.functional as TF
@@ -7,7 +9,8 @@ from torch.testing._internal.common_methods_invocations import op_db
 import autogen
 import autogen.nn as agnn
 from autogen import functional as AF
-from autogen import activations
+from autogen import activations, executor
+from autogen.executor import fused_plan
 from autogen.kernels.nonlinear import MASKED
 from cases import DTYPES, NONLINEARITY_PATHS, compare, tolerances
 
@@ -132,6 +135,76 @@ def test_mask_is_all_that_is_saved(name, opts, dtype, every_size):
     torch.testing.assert_close(gg, gg_ref, **tol)
     assert {(c.op, c.path, c.phase) for c in rec.calls} == {(name, "handwritten", "forward"),
                                                             (name, "fallback", "backward")}  # create_graph
+
+
+FROM_OUTPUT = ["sigmoid", "tanh"]  # a derivative that is a function of the output alone
+
+
+def test_from_output_plans_are_these():
+    """The plans whose backward reads the output alone are exactly the nonlinearities listed above."""
+    got = {name for name in NAMES if name not in ("prelu", "glu")
+           if fused_plan(activations.graph(name), (True,), torch.float32).from_output}
+    assert got == set(FROM_OUTPUT)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("name", FROM_OUTPUT)
+def test_output_is_all_that_is_saved(name, dtype, every_size):
+    """The output is saved, as torch's does (no derivative beside it), and backward reads it: values, gradients
+    and the gradient of the gradient (through the output, create_graph) as torch's, specials too; the output
+    changed in place raises torch's error, the input changed in place is legal."""
+    vals = torch.tensor(SPECIAL, dtype=dtype)
+    x = torch.cat([vals, -vals, torch.randn(37, dtype=dtype) * 4]).requires_grad_()
+    ours, ref = (lambda t: getattr(AF, name)(t)), getattr(TF, name)
+    tol = dict(tolerances(dtype), equal_nan=True)
+    with autogen.policy("aggressive"), autogen.record() as rec:
+        y, nbytes = _saved(ours, x)
+        g = torch.randn_like(y, requires_grad=True)
+        gx, = torch.autograd.grad(y, x, g, create_graph=True)
+        ggx, ggg = torch.autograd.grad(gx, (x, g), torch.ones_like(gx))
+    y_ref, ref_bytes = _saved(ref, x)
+    gx_ref, = torch.autograd.grad(y_ref, x, g, create_graph=True)
+    ggx_ref, ggg_ref = torch.autograd.grad(gx_ref, (x, g), torch.ones_like(gx_ref))
+    for got, want in ((y, y_ref), (gx, gx_ref), (ggx, ggx_ref), (ggg, ggg_ref)):
+        torch.testing.assert_close(got, want, **tol)
+    assert nbytes == ref_bytes == x.numel() * x.element_size()
+    # create_graph: torch ops on the output; the gradient of that reaches the output's own node (its kernel)
+    assert {(c.op, c.path, c.phase) for c in rec.calls} == {(name, "autogen", "forward"),
+                                                            (name, "fallback", "backward"),
+                                                            (name, "autogen", "backward")}
+    with autogen.policy("aggressive"), autogen.record() as rec:
+        y = ours(x)
+        with torch.no_grad():
+            x.add_(1.0)  # legal: backward reads the output
+        gx, = torch.autograd.grad(y, x, g.detach())
+    with torch.no_grad():
+        x.sub_(1.0)
+    torch.testing.assert_close(gx, gx_ref.detach(), **tol)
+    assert {(c.op, c.path) for c in rec.calls} == {(name, "autogen")}
+    for fn in (ours, ref):  # torch's error for the output changed in place, ours as torch's
+        with autogen.policy("aggressive"):
+            y = fn(x)
+        y.mul_(2.0)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.sum().backward()
+
+
+@pytest.mark.parametrize("name", FROM_OUTPUT)
+def test_saved_output_goes_with_its_graph(name, every_size):
+    """The output a backward read is let go with the graph, not held in a reference cycle until the garbage
+    collector runs (a pooled buffer of 16 MB per training step otherwise)."""
+    x = torch.randn(1 << 18, requires_grad=True)  # pooled memory: the pool counts what is lent
+    gc.disable()
+    try:
+        before = len(executor._lent)
+        with autogen.policy("aggressive"):
+            y = getattr(AF, name)(x)
+        gx, = torch.autograd.grad(y, x, torch.ones_like(y))
+        assert len(executor._lent) > before  # the output and the gradient
+        del y, gx
+        assert len(executor._lent) == before
+    finally:
+        gc.enable()
 
 
 @pytest.mark.parametrize("n", [3, 2 * 16384 + 13])
