@@ -145,6 +145,10 @@ def test_from_output_plans_are_these():
     got = {name for name in NAMES if name not in ("prelu", "glu")
            if fused_plan(activations.graph(name), (True,), torch.float32).from_output}
     assert got == set(FROM_OUTPUT)
+    for name in FROM_OUTPUT:  # from a 16-bit output its rounding would reach the gradient: the derivative instead
+        code = executor._LOW16[torch.bfloat16]
+        plan = fused_plan(activations.graph(name), (True,), torch.float32, (code, code))
+        assert plan.derivative and not plan.from_output
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
