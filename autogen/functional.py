@@ -36,7 +36,7 @@ _LOW = (torch.float16, torch.bfloat16)
 # the 'aggressive' policy ignores them, and AUTOGEN_SMALL_ELEMENTS=N sets one value for all losses.
 # NLL writes the same gradient torch does: its fused kernel wins only where torch's gradient is new
 # memory on every call.
-SMALL_ELEMENTS = {"mse_loss": 1 << 17, "l1_loss": 1 << 13, "smooth_l1_loss": 1 << 19, "huber_loss": 1 << 19,
+SMALL_ELEMENTS = {"mse_loss": 1 << 19, "l1_loss": 1 << 13, "smooth_l1_loss": 1 << 18, "huber_loss": 1 << 18,
                   "binary_cross_entropy": 1 << 13, "binary_cross_entropy_with_logits": 1 << 14,
                   "cross_entropy": 1 << 19, "nll_loss": 1 << 23, "gaussian_nll_loss": 1 << 10,
                   "hinge_embedding_loss": 1 << 10, "kl_div": 1 << 10, "margin_ranking_loss": 1 << 10,
@@ -48,7 +48,7 @@ SMALL_ELEMENTS = {"mse_loss": 1 << 17, "l1_loss": 1 << 13, "smooth_l1_loss": 1 <
 # forward (a gather of one value per row) at every size. From `bench_crossover.py --fwd`: each limit is
 # the first size ours won in every run (eager's own time moves with page faults).
 SMALL_ELEMENTS_NO_GRAD = dict(SMALL_ELEMENTS, mse_loss=1 << 19, l1_loss=1 << 16, smooth_l1_loss=1 << 22,
-                              cross_entropy=1 << 20, binary_cross_entropy_with_logits=1 << 14, nll_loss=1 << 62,
+                              huber_loss=1 << 19, cross_entropy=1 << 20, binary_cross_entropy_with_logits=1 << 14, nll_loss=1 << 62,
                               kl_div=1 << 13, margin_ranking_loss=1 << 15, multi_margin_loss=1 << 16,
                               poisson_nll_loss=1 << 15, triplet_margin_loss=1 << 14, cosine_embedding_loss=1 << 17)
 if os.environ.get("AUTOGEN_SMALL_ELEMENTS"):
