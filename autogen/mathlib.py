@@ -152,8 +152,8 @@ _NATIVE_LDEXP = _native_ldexp()
 @intrinsic
 def _ldexp2(typingctx, y, n):
     """y * 2**n, n integer-valued, rounded once: results may overflow to inf or round correctly into the
-    subnormal range (|n| up to ~2*bias+mant). One vscalef where native (bitwise the same result as the
-    two exact-power steps elsewhere, and a quarter less time for exp)."""
+    subnormal range. One vscalef where native; elsewhere two exact power-of-two steps (|n| up to
+    bias // 2 + bias - 1), bitwise the same."""
     if isinstance(y, types.Float) and y == n:
         def codegen(context, builder, sig, args):
             yv, nv = args
