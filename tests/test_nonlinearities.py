@@ -193,10 +193,11 @@ def test_output_is_all_that_is_saved(name, dtype, every_size):
             y.sum().backward()
 
 
-@pytest.mark.parametrize("name", FROM_OUTPUT)
+@pytest.mark.parametrize("name", FROM_OUTPUT + ["relu"])
 def test_saved_output_goes_with_its_graph(name, every_size):
     """The output a backward read is let go with the graph, not held in a reference cycle until the garbage
-    collector runs (a pooled buffer of 16 MB per training step otherwise)."""
+    collector runs (a pooled buffer of 16 MB per training step otherwise); relu's generated kernel too, whose
+    backward reads its result in place of its input."""
     x = torch.randn(1 << 18, requires_grad=True)  # pooled memory: the pool counts what is lent
     gc.disable()
     try:
