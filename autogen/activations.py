@@ -163,7 +163,7 @@ FASTER_FROM = {
     "mish": (1 << 16, 1 << 16), "sigmoid": (None, None), "tanh": (1 << 18, 1 << 16), "softplus": (1 << 20, 1 << 18),
     "softsign": (1 << 18, 1 << 18), "logsigmoid": (1 << 22, 1 << 18), "hardtanh": (None, None),
     "hardsigmoid": (None, None), "hardswish": (None, None), "hardshrink": (None, None), "softshrink": (None, None),
-    "tanhshrink": (1 << 18, 1 << 16), "threshold": (None, None), "prelu": (None, None), "glu": (None, None),
+    "tanhshrink": (1 << 18, 1 << 16), "threshold": (None, None), "prelu": (None, None), "glu": (1 << 20, None),
 }
 FASTER_FROM_BF16 = {
     "relu": (None, None), "relu6": (None, 1 << 22), "leaky_relu": (None, None), "elu": (1 << 20, 1 << 18),
@@ -451,7 +451,40 @@ def glu(input, dim=-1):
     size = input.size(dim)
     if size % 2:
         raise RuntimeError(f"Halving dimension must be even, but dimension {dim % input.dim()} is size {size}")
+    if input.numel() and input.is_contiguous() and not _transformed([input]):
+        path, reason = _policy.choose(True)
+        if path == "handwritten":  # the halves read in place: no copy of either
+            _capture(Problem(graph("glu"), input.numel() // 2, 0, 0, cdt, {}))
+            return _Glu.apply(_glu_engine(cdt), reason, input, dim % input.dim())
     a, b = input.chunk(2, dim)
     a, b = (_stored(t, cdt).contiguous() for t in (a, b))
     prob = Problem(graph("glu"), a.numel(), 0, 0, cdt, {})
     return execute(prob, [a, b], True).view(a.shape).to(input.dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _glu_engine(cdt):
+    from .kernels.nonlinear import GLU
+    return GLU(cdt)
+
+
+class _Glu(torch.autograd.Function):
+    """glu on the handwritten kernel. It saves its input, as torch's does (torch's error for one changed in
+    place). With create_graph=True the backward is torch's own glu_backward, differentiable in both."""
+
+    @staticmethod
+    def forward(ctx, engine, reason, x, dim):
+        ctx.engine, ctx.reason, ctx.dim = engine, reason, dim
+        ctx.save_for_backward(x)
+        out = engine.forward(x, dim)
+        _policy.note("glu", "handwritten", True, "forward", reason)
+        return out
+
+    @staticmethod
+    def backward(ctx, gout):
+        (x,) = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            _policy.note("glu", "fallback", False, "backward", "create_graph: torch ops")
+            return None, None, torch.ops.aten.glu_backward(gout, x, ctx.dim), None
+        _policy.note("glu", "handwritten", True, "backward", ctx.reason)
+        return None, None, ctx.engine.backward(x, gout, ctx.dim), None

@@ -201,6 +201,77 @@ class SiLU(_Engine):
 NONLINEAR = {"gelu": GELU, "silu": SiLU}  # and the MASKED ones below
 
 
+# -- glu: the halves of the (outer, 2, L) view read in place ---------------------------------
+_GLU_CHUNK = 1 << 14  # elements of a half per unit of work: rows longer than this split, shorter ones go whole
+
+
+@functools.lru_cache(maxsize=None)
+def _glu_kernels(F, ld=_same, st=_same, salt=_MATHLIB):
+    """Units [lo, hi) (a chunk of one row of `nch` chunks): y = a * sigmoid(b) from the row's halves a, b of
+    length L; backward g * s into a's place and g * a * s * (1 - s) into b's (the generated kernel's order)."""
+    ONE = F(1.0)
+
+    @njit(**_JIT)
+    def forward(lo, hi, x, out, L, nch):
+        salt  # noqa: B018
+        for u in range(lo, hi):
+            o = u // nch
+            j0 = (u - o * nch) * _GLU_CHUNK
+            m = min(_GLU_CHUNK, L - j0)
+            base = 2 * L * o + j0
+            a, b, y = x[base:base + m], x[base + L:base + L + m], out[L * o + j0:L * o + j0 + m]
+            for j in range(m):
+                y[j] = st(ld(a[j]) * mathlib.sigmoid(ld(b[j])))
+
+    @njit(**_JIT)
+    def backward(lo, hi, x, gout, grad, L, nch):
+        salt  # noqa: B018
+        for u in range(lo, hi):
+            o = u // nch
+            j0 = (u - o * nch) * _GLU_CHUNK
+            m = min(_GLU_CHUNK, L - j0)
+            base = 2 * L * o + j0
+            a, b, g = x[base:base + m], x[base + L:base + L + m], gout[L * o + j0:L * o + j0 + m]
+            da, db = grad[base:base + m], grad[base + L:base + L + m]
+            for j in range(m):
+                s = mathlib.sigmoid(ld(b[j]))
+                gj = ld(g[j])
+                da[j] = st(gj * s)
+                db[j] = st(gj * ld(a[j]) * s * (ONE - s))
+    return forward, backward
+
+
+class GLU:
+    """glu along a dimension of a contiguous input, as its (outer, 2, L) view: no copy of either half."""
+    path, fused = "handwritten", True
+
+    def __init__(self, dtype):
+        self.F = _NP[dtype]  # the compute dtype (float32 for 16-bit data, read as it is)
+
+    def _units(self, x, dim):
+        outer = math.prod(x.shape[:dim])
+        L = x.numel() // (2 * outer) if outer else 0
+        nch = -(-L // _GLU_CHUNK)
+        return outer * nch, L, nch
+
+    def forward(self, x, dim):
+        shape = list(x.shape)
+        shape[dim] //= 2
+        out = pooled(x.numel() // 2, x.dtype).view(shape)
+        units, L, nch = self._units(x, dim)
+        split_run(_glu_kernels(self.F, *_io(x.dtype))[0], units, (_flat_np(x), _flat_np(out), L, nch),
+                  work=x.numel())
+        return out
+
+    def backward(self, x, gout, dim):
+        gout = (gout if gout.dtype is x.dtype else gout.to(x.dtype)).contiguous()
+        grad, ga = pooled_flat(x)
+        units, L, nch = self._units(x, dim)
+        split_run(_glu_kernels(self.F, *_io(x.dtype))[1], units, (_flat_np(x), _flat_np(gout), ga, L, nch),
+                  work=x.numel())
+        return grad
+
+
 # -- piecewise-constant derivatives: a bit-packed mask saved instead of a tensor --------------
 # fwd+bwd then moves x, y, g, dx and n/4 mask bytes (eager: x, y, g, y or x, dx); a byte per element
 # measured slower than eager in float32 (bench: `autogen bench --states-only`)

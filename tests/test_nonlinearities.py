@@ -84,7 +84,7 @@ def test_matches_torch(name, opts, dtype, path, special, every_size):
     assert {c.phase for c in calls} == {"forward", "backward"}
 
 
-@pytest.mark.parametrize("name", ["gelu", "silu", *MASKED])
+@pytest.mark.parametrize("name", ["gelu", "silu", "glu", *MASKED])
 def test_handwritten_kernels_under_medium(name, every_size):
     x = torch.randn(50, requires_grad=True)
     with autogen.policy("medium"), autogen.record() as rec:
@@ -137,7 +137,48 @@ def test_mask_is_all_that_is_saved(name, opts, dtype, every_size):
                                                             (name, "fallback", "backward")}  # create_graph
 
 
-FROM_OUTPUT = ["sigmoid", "tanh"]  # a derivative that is a function of the output alone
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("shape,dim", [((6, 8), -1), ((6, 8), 0), ((3, 4, 10), 1), ((2, 3, 4, 2), -1),
+                                       ((3, 2 * 20000 + 6), 1), ((1, 2), 1), ((5, 2, 7), -2)],
+                         ids=lambda v: str(v).replace(" ", ""))
+def test_glu_halves_read_in_place(shape, dim, dtype, every_size):
+    """glu's handwritten kernel reads the (outer, 2, L) view of a contiguous input, a row longer than its chunk
+    (20003 > 16384) in pieces: values, gradients and the gradient of the gradient (torch's own glu_backward)
+    as torch's; its input changed in place raises torch's error; a non-contiguous input takes the copies."""
+    x = (torch.randn(shape, dtype=dtype) * 3).requires_grad_()
+    tol = dict(tolerances(dtype), equal_nan=True)
+    with autogen.policy("medium"), autogen.record() as rec:
+        y = AF.glu(x, dim)
+        g = torch.randn_like(y, requires_grad=True)
+        gx, = torch.autograd.grad(y, x, g, create_graph=True)
+        ggx, ggg = torch.autograd.grad(gx, (x, g), torch.ones_like(gx))
+    y_ref = TF.glu(x, dim)
+    gx_ref, = torch.autograd.grad(y_ref, x, g, create_graph=True)
+    ggx_ref, ggg_ref = torch.autograd.grad(gx_ref, (x, g), torch.ones_like(gx_ref))
+    for got, want in ((y, y_ref), (gx, gx_ref), (ggx, ggx_ref), (ggg, ggg_ref)):
+        torch.testing.assert_close(got, want, **tol)
+    assert {(c.op, c.path, c.phase) for c in rec.calls} == {("glu", "handwritten", "forward"),
+                                                            ("glu", "fallback", "backward")}
+    with autogen.policy("medium"), autogen.record() as rec:
+        gx, = torch.autograd.grad(AF.glu(x, dim), x, g.detach())
+    torch.testing.assert_close(gx, gx_ref.detach(), **tol)
+    assert {(c.op, c.path) for c in rec.calls} == {("glu", "handwritten")}
+    for fn in (AF.glu, TF.glu):  # torch's error for the input changed in place, ours as torch's
+        w = x.detach().clone().requires_grad_() * 1.0  # not a leaf: it may change in place
+        with autogen.policy("medium"):
+            y = fn(w, dim)
+        with torch.no_grad():
+            w.add_(1.0)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.sum().backward()
+    xt = x.detach().transpose(0, -1).contiguous().transpose(0, -1).requires_grad_()  # not contiguous
+    with autogen.policy("medium"), autogen.record() as rec:
+        y = AF.glu(xt, dim)
+    torch.testing.assert_close(y, TF.glu(xt, dim), **tol)
+    assert {c.path for c in rec.calls} == ({"autogen"} if not xt.is_contiguous() else {"handwritten"})
+
+
+FROM_OUTPUT = ["sigmoid", "tanh"]  # a derivative that is a function of the output aloneFROM_OUTPUT = ["sigmoid", "tanh"]  # a derivative that is a function of the output alone
 
 
 def test_from_output_plans_are_these():
