@@ -759,9 +759,12 @@ def _from_output_plan(graph, wrt, leaves, KernelSpec, label, sdt):
     as torch's does (a saved derivative would be one more stream for forward to write); else None. Not
     from a 16-bit output: its rounding would reach the gradient, which is rounded once from float32."""
     out, gout = leaf_input("__out", graph.level), leaf_input("__gout", graph.level)
-    grads = substitute([g for g in vjp([graph.loss], [gout], leaves)], {graph.loss.digest: out})
+    grads = vjp([graph.loss], [gout], leaves)
+    if any(g is None for g in grads):
+        return None
+    grads = substitute(grads, {graph.loss.digest: out})
     names = {x.attr for x in graph.inputs}
-    if any(g is None for g in grads) or any(n.op == "input" and n.attr in names for n in toposort(grads)):
+    if any(n.op == "input" and n.attr in names for n in toposort(grads)):
         return None
     fwd = KernelSpec([(graph.loss, graph.level)], sdt, f"{label} forward")
     bwd = KernelSpec(_grad_outputs(grads, graph.inputs, wrt, label), sdt, f"{label} backward from the output")

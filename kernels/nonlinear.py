@@ -205,6 +205,14 @@ NONLINEAR = {"gelu": GELU, "silu": SiLU}  # and the MASKED ones below
 _GLU_CHUNK = 1 << 14  # elements of a half per unit of work: rows longer than this split, shorter ones go whole
 
 
+@njit(inline="always", **_JIT)
+def _glu_unit(u, L, nch):
+    """Unit u's chunk: (first element of its a half in the input, its first output element, its length)."""
+    o = u // nch
+    j0 = (u - o * nch) * _GLU_CHUNK
+    return 2 * L * o + j0, L * o + j0, min(_GLU_CHUNK, L - j0)
+
+
 @functools.lru_cache(maxsize=None)
 def _glu_kernels(F, ld=_same, st=_same, salt=_MATHLIB):
     """Units [lo, hi) (a chunk of one row of `nch` chunks): y = a * sigmoid(b) from the row's halves a, b of
@@ -215,11 +223,8 @@ def _glu_kernels(F, ld=_same, st=_same, salt=_MATHLIB):
     def forward(lo, hi, x, out, L, nch):
         salt  # noqa: B018
         for u in range(lo, hi):
-            o = u // nch
-            j0 = (u - o * nch) * _GLU_CHUNK
-            m = min(_GLU_CHUNK, L - j0)
-            base = 2 * L * o + j0
-            a, b, y = x[base:base + m], x[base + L:base + L + m], out[L * o + j0:L * o + j0 + m]
+            base, ob, m = _glu_unit(u, L, nch)
+            a, b, y = x[base:base + m], x[base + L:base + L + m], out[ob:ob + m]
             for j in range(m):
                 y[j] = st(ld(a[j]) * mathlib.sigmoid(ld(b[j])))
 
@@ -227,11 +232,8 @@ def _glu_kernels(F, ld=_same, st=_same, salt=_MATHLIB):
     def backward(lo, hi, x, gout, grad, L, nch):
         salt  # noqa: B018
         for u in range(lo, hi):
-            o = u // nch
-            j0 = (u - o * nch) * _GLU_CHUNK
-            m = min(_GLU_CHUNK, L - j0)
-            base = 2 * L * o + j0
-            a, b, g = x[base:base + m], x[base + L:base + L + m], gout[L * o + j0:L * o + j0 + m]
+            base, ob, m = _glu_unit(u, L, nch)
+            a, b, g = x[base:base + m], x[base + L:base + L + m], gout[ob:ob + m]
             da, db = grad[base:base + m], grad[base + L:base + L + m]
             for j in range(m):
                 s = mathlib.sigmoid(ld(b[j]))
