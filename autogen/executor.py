@@ -331,13 +331,12 @@ class _Launch:
         entry = self.entry
         in_dtypes = self.in_dtypes
         for k, t in enumerate(ins):
-            if t.requires_grad:
-                t = t.detach()
             if t.dtype in _LOW16:
-                t = t.view(torch.uint16)
-            a = t.numpy()
+                a = t.detach().view(torch.uint16).numpy()
+            else:  # force: detached in C++ (a detach() here costs ~1 us more); the kernel only reads it
+                a = t.numpy(force=True) if t.requires_grad else t.numpy()
             if a.ndim != 1:
-                a = a.reshape(-1)
+                a = a.ravel()
             if entry and a.dtype is not in_dtypes[k]:
                 entry = None
             args.append(a)
@@ -427,12 +426,11 @@ def run_spec(spec, prob, values, shapes=(), params=None):
 def _flat_np(t):
     """The flat numpy view of a contiguous tensor; 16-bit floating data as its uint16 bits (per call
     and tensor: detach and reshape only where needed, ~1 us of a 1K call's ~3)."""
-    if t.requires_grad:
-        t = t.detach()
     if t.dtype in _LOW16:
-        t = t.view(torch.uint16)
-    a = t.numpy()
-    return a if a.ndim == 1 else a.reshape(-1)
+        a = t.detach().view(torch.uint16).numpy()
+    else:  # force: detached in C++ (a detach() here costs ~1 us more)
+        a = t.numpy(force=True) if t.requires_grad else t.numpy()
+    return a if a.ndim == 1 else a.ravel()
 
 
 def widened(prob, tensors):
@@ -1155,29 +1153,32 @@ class _LossFunction(torch.autograd.Function):
         ctx.engine = engine
         needs = ctx.needs = ctx.needs_input_grad[1:]
         out, saved = engine.forward(tensors, needs)
-        graph = engine.prob.graph
-        keep = graph.kept
-        ctx.from_output = getattr(engine, "saves_result", False)
-        ctx.result = len(tensors) == 1 and (graph.name in _SAVES_RESULT or ctx.from_output)
-        ctx.watch = ()
+        # what depends on the engine alone (its graph, its plan for these needs), found at its first call
+        info, plan = engine.__dict__.get("_ctx_info"), engine.__dict__.get("plan")  # a fused engine's, per call
+        if info is None or info[0] is not plan:
+            info = engine._ctx_info = _ctx_info(engine, plan, len(tensors))
+        _, keep, ctx.from_output, result, fast, copies = info
+        ctx.result = result
+        watch = ()
         if keep is not None:  # torch's semantics: its error for a kept input changed in place, else legal
-            if getattr(engine, "reads_inputs", True):  # an engine that says no saves only what its forward wrote
+            if copies:  # an engine whose backward reads inputs: its own copy of those torch does not keep
                 saved = _own_copies(saved, [t for i, t in enumerate(tensors) if i not in keep])
-            watch = ctx.watch = []
+            watch = []
             for i in keep:
                 w = getattr(tensors[i], "_autogen_src", tensors[i])
                 watch.append((w, w._version))
-        ctx.fast = keep is not None and graph.kind == "loss"
-        if ctx.fast:
+        ctx.watch = watch
+        ctx.fast = fast
+        if fast:
             ctx.inputs, ctx.versions, ctx.reads = tensors, [t._version for t in tensors], False
         else:
-            if ctx.result:
+            if result:
                 saved = _replace(saved, tensors[0], _RESULT)
                 ctx.save_for_backward(out)
             else:
                 ctx.save_for_backward(*tensors)
-            ctx.reads = ctx.result or keep is None and _reads(saved, tensors)
-        ctx.shapes = [t.shape for t in tensors]
+            ctx.reads = result or keep is None and _reads(saved, tensors)
+            ctx.shapes = [t.shape for t in tensors]
         ctx.saved = saved
         return out
 
@@ -1236,6 +1237,7 @@ def _differentiable_grads(ctx, gout):
     else:
         tensors = ctx.saved_tensors
     wrt = [i for i, need in enumerate(ctx.needs) if need]
+    shapes = _shapes(ctx)
     if ctx.from_output:  # grad_output times a function of the output, in torch ops: differentiable through
         return _grads_from_output(ctx, tensors[0], gout, wrt)  # the output, as torch's sigmoid backward
     with torch.enable_grad():
@@ -1245,7 +1247,7 @@ def _differentiable_grads(ctx, gout):
     _policy.note(ctx.engine.prob.graph.name, "fallback", False, "backward", "create_graph: torch ops")
     grads = [None] * len(ctx.needs)
     for i, g in zip(wrt, got):
-        grads[i] = (g if g is not None else torch.zeros_like(tensors[i])).reshape(ctx.shapes[i])
+        grads[i] = (g if g is not None else torch.zeros_like(tensors[i])).reshape(shapes[i])
     return grads
 
 
@@ -1253,7 +1255,7 @@ def _grads_from_output(ctx, out, gout, wrt):
     """create_graph=True for a from-output plan: its backward kernel's gradients as torch ops on the saved
     output and grad_output."""
     prob, plan = ctx.engine.prob, ctx.engine.plan
-    shape = prob.layout(ELEM)
+    shape, shapes = prob.layout(ELEM), _shapes(ctx)
     roots = [n for n, _ in plan.backward.outputs]
     leaves = {n.attr: n for n in toposort(roots) if n.op == "input"}
     values = {leaves[k].digest: t.to(prob.dtype).reshape(shape) for k, t in (("__out", out), ("__gout", gout))
@@ -1263,8 +1265,24 @@ def _grads_from_output(ctx, out, gout, wrt):
     _policy.note(prob.graph.name, "fallback", False, "backward", "create_graph: torch ops")
     grads = [None] * len(ctx.needs)
     for i, g in zip(wrt, got):
-        grads[i] = g.expand(shape).to(out.dtype).reshape(ctx.shapes[i])
+        grads[i] = g.expand(shape).to(out.dtype).reshape(shapes[i])
     return grads
+
+
+def _ctx_info(engine, plan, count):
+    """(the fused plan it ran or None, kept inputs, saves its output (from-output plan), saves relu's result, fast, copies inputs) of
+    an engine's forward: set by its forward (a plan per needs), so read after it."""
+    graph = engine.prob.graph
+    keep = graph.kept
+    from_output = getattr(engine, "saves_result", False)
+    result = count == 1 and (graph.name in _SAVES_RESULT or from_output)
+    return (plan, keep, from_output, result, keep is not None and graph.kind == "loss",
+            keep is not None and getattr(engine, "reads_inputs", True))
+
+
+def _shapes(ctx):
+    """The input shapes of a _LossFunction call (a fast one holds its inputs)."""
+    return [t.shape for t in ctx.inputs] if ctx.fast else ctx.shapes
 
 
 # _LossFunction.apply without torch.autograd.Function.apply's Python layer (~2 us a call), which only matters

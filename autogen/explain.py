@@ -17,12 +17,22 @@ _capture = _Listening()
 
 
 def capture(prob):
-    """Called by the executor for every loss call; explain() reads the last one."""
+    """Called by the executor for every loss call while an explain() runs; explain() reads the last one."""
     if _capture.active:
         _capture.problems.append(prob)
 
 
-executor.observers.append(capture)
+_listeners = [0]  # explain() calls running, on any thread: the executor calls observers only while one is
+_listen_lock = threading.Lock()  # (an empty observer list costs a loss call nothing)
+
+
+def _listen(on):
+    with _listen_lock:
+        _listeners[0] += 1 if on else -1
+        if on and capture not in executor.observers:
+            executor.observers.append(capture)
+        elif not on and not _listeners[0]:
+            executor.observers.remove(capture)
 
 
 @dataclass
@@ -67,6 +77,7 @@ def explain(name_or_module, *example_inputs, **options):
     inputs = [t.detach().clone().requires_grad_(t.is_floating_point()) if isinstance(t, torch.Tensor) else t
               for t in example_inputs]
     _capture.active, _capture.problems = True, []
+    _listen(True)
     try:
         with record() as rec:
             out = fn(*inputs, **options) if options else fn(*inputs)
@@ -82,6 +93,7 @@ def explain(name_or_module, *example_inputs, **options):
                 F.SMALL_ELEMENTS, F.SMALL_ELEMENTS_NO_GRAD = saved
     finally:
         _capture.active = False
+        _listen(False)
     probs = _capture.problems
     if not probs:  # nothing of ours ran: a custom loss that runs eagerly (its warning said why)
         return Explanation(label, get_policy(), "(no primitive graph: the loss ran eagerly)", rec.calls, {})

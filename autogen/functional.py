@@ -924,11 +924,16 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
 
 def _flat_targets(t):
     """t as a contiguous 1-D tensor (a call plan replays it)."""
+    if t.dim() == 1 and t.is_contiguous():
+        return t
     return _derived(t.reshape(-1).contiguous(), _flat_targets, t)
 
 
 def _row_targets(target, cdt, R):
     """cosine_embedding_loss's targets: one per row, in the compute dtype (a call plan replays it)."""
+    if target.dtype == cdt and target.dim() == 1 and target.shape[0] == R and target.is_contiguous() \
+            and not target.requires_grad:
+        return target  # already so: the plan hands it on as it is
     tgt = target.detach().to(cdt).reshape(-1)
     tgt = (tgt if tgt.shape[0] == R else tgt.expand(R)).contiguous()  # in a trace: no expand of per-row values
     return _derived(tgt, _row_targets, target, cdt, R)

@@ -1,6 +1,7 @@
 """The public API: policy, record, explain, the nn modules."""
 import inspect
 import os
+import sys
 import threading
 
 import pytest
@@ -135,6 +136,31 @@ def test_explain_shows_graph_paths_and_source():
     assert ex.loss == "HuberLoss" and "where" in ex.graph
     with pytest.raises(ValueError, match="unknown loss"):
         autogen.explain("no_such_loss", x, t)
+
+
+def test_explain_listens_only_while_it_runs():
+    """A loss call outside explain() calls no observer (each one costs every call); inside, even while another
+    thread's explain() ends, its problems are captured."""
+    from autogen import executor
+    x, t = torch.randn(4, 6), torch.randint(0, 6, (4,))
+    assert executor.observers == []
+    with autogen.policy("aggressive"):
+        ex = autogen.explain("cross_entropy", x, t)
+        assert ex.calls and executor.observers == []
+        assert autogen.explain("mse_loss", torch.randn(3), torch.randn(3)).graph != ex.graph
+    assert executor.observers == []
+    done = []
+    other = threading.Thread(target=lambda: done.append(autogen.explain("mse_loss", torch.randn(3), torch.randn(3))))
+    E = sys.modules["autogen.explain"]  # the module (autogen.explain is the function)
+    E._listen(True)  # as an explain() running on this thread
+    try:
+        other.start()
+        other.join(30)
+        assert done and "sub" in done[0].graph
+        assert E.capture in executor.observers  # the other thread's end leaves this one listening
+    finally:
+        E._listen(False)
+    assert executor.observers == []
 
 
 @pytest.mark.parametrize("pol,path", [("aggressive", "autogen"), ("medium", "handwritten")])
