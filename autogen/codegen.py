@@ -203,9 +203,13 @@ def render(spec, cache=True, parallel=False):
         pad = " " * (4 + 4 * (2 if p.col_reduces or cf else 1))
         passes.append(dict(before=before, head=head, pad=pad, fold=fold, **body))
     post = scalar_lines(sched.post) + [f"out_{j}[0] = {names[spec.outputs[j][0].digest]}" for j in sched.scalar_outputs]
-    args = [f"in_{n.attr}" for n in spec.inputs] + [f"p_{n.attr}" for n in spec.params]
+    # each input as (address, length, a zero of its element type): the launch passes a tensor's data_ptr()
+    # where a numpy view costs ~1 us a tensor to make; the kernel reads it as an array
+    args = [f"in_{n.attr}__{k}" for n in spec.inputs for k in "anz"] + [f"p_{n.attr}" for n in spec.params]
     args += [f"out_{j}" for j in range(len(spec.outputs))]
-    return _ENV.get_template("kernel.py.j2").render(
+    prologue = [f"in_{n.attr} = __nb.carray(__m.at(in_{n.attr}__a, in_{n.attr}__z), in_{n.attr}__n)"
+                for n in spec.inputs]
+    return _ENV.get_template("kernel.py.j2").render(prologue=prologue,
         key=spec.key, graph_comment=[spec.label, f"mathlib {_MATHLIB}"] + sched.describe(spec), dtype=spec.dtype,
         parallel=parallel, fastmath=repr(sorted(KERNEL_FASTMATH)).replace("[", "{").replace("]", "}"), cache=cache,
         args=args + ["__part"], passes=passes, post=post)

@@ -174,7 +174,7 @@ def pooled_flat(t):
         out = pooled(t.numel(), t.dtype)
         return out.view(t.shape), _flat_np(out)
     a = _out_array(t.numel() * t.dtype.itemsize, npdt, t.shape)  # the tensor holds the array the pool watches
-    return torch.from_numpy(a), a.reshape(-1)
+    return torch.from_numpy(a), a.ravel()
 
 
 def _memory_order(t):
@@ -330,16 +330,17 @@ class _Launch:
         args = []
         entry = self.entry
         in_dtypes = self.in_dtypes
-        for k, t in enumerate(ins):
-            if t.dtype in _LOW16:
-                a = t.detach().view(torch.uint16).numpy()
-            else:  # force: detached in C++ (a detach() here costs ~1 us more); the kernel only reads it
-                a = t.numpy(force=True) if t.requires_grad else t.numpy()
-            if a.ndim != 1:
-                a = a.ravel()
-            if entry and a.dtype is not in_dtypes[k]:
+        held = []
+        for k, t in enumerate(ins):  # each as its address, length and element type (codegen's kernel arguments)
+            if not t.is_contiguous():  # read as one flat array: a contiguous copy, held through the call
+                t = t.contiguous()
+                held.append(t)
+            zero = _ZERO.get(t.dtype)
+            if zero is None:  # another integer type, say: numpy's scalar of it
+                zero = _ZERO[t.dtype] = t.new_empty(0).numpy().dtype.type(0)
+            if entry and zero is not in_dtypes[k]:
                 entry = None
-            args.append(a)
+            args += (t.data_ptr(), t.numel(), zero)
         args += pvals
         outs = []
         for small, shape, flat, npdt, dt, size in outputs:
@@ -401,11 +402,13 @@ class _Launch:
             overload = self.fn.overloads.get(tuple(numba.typeof(a) for a in (n, c, 0, r, r, True, *args)))
         except Exception:  # noqa: BLE001 - an argument numba types differently: keep the dispatcher
             overload = None
-        self.in_dtypes = tuple(a.dtype for a in args[:count])
+        self.in_dtypes = tuple(args[2:3 * count:3])
         self.entry = False if overload is None else overload.entry_point
 
 
 _NP_OUT = {torch.float32: np.float32, torch.float64: np.float64, torch.int64: np.int64, torch.bool: np.bool_}
+# a kernel input's element type, as the zero passed beside its address (16-bit floating data: its bits)
+_ZERO = {dt: np.dtype(npdt).type(0) for dt, npdt in {**_NP_OUT, **dict.fromkeys(_LOW16, np.uint16)}.items()}
 
 
 def launch_of(spec, dtype):

@@ -99,7 +99,7 @@ def test_a_kernel_is_timed_for_its_first_calls_only(monkeypatch, policy, name, p
 
 
 def test_an_input_of_another_dtype_than_the_specialised_one_takes_the_dispatcher():
-    """After its first call a launch calls the compiled overload itself; a call whose input arrays have other
+    """After its first call a launch calls the compiled overload itself; a call whose inputs have other
     dtypes (a float64 input to a float32 plan) goes through numba's dispatcher and gets the right numbers."""
     x, t = torch.randn(6, 7), torch.randn(6, 7)
     graph = AF.D.pointwise("mse_loss", "sum", False)
@@ -107,10 +107,23 @@ def test_an_input_of_another_dtype_than_the_specialised_one_takes_the_dispatcher
     plan = executor.fused_plan(graph, (False, False), torch.float32)
     launch = executor.launch_of(plan.forward, torch.float32)
     first = launch.run(prob, (x, t), prob.params)[0]
-    assert launch.entry and launch.in_dtypes == (x.numpy().dtype,) * 2
+    assert launch.entry and launch.in_dtypes == (executor._ZERO[torch.float32],) * 2
     wide = launch.run(prob, (x.double(), t.double()), prob.params)[0]
     assert_matches(first, TF.mse_loss(x, t, reduction="sum"), magnitude((), [x, t]))
     assert_matches(wide, TF.mse_loss(x.double(), t.double(), reduction="sum").float(), magnitude((), [x, t]))
+
+
+def test_a_launch_reads_a_non_contiguous_input_in_its_logical_order():
+    """A kernel reads an input from its address as one flat array: a strided input reaches it as a contiguous
+    copy (held through the call), so the result is torch's, not one over the memory order."""
+    x, t = torch.randn(7, 6).t(), torch.randn(6, 7)
+    graph = AF.D.pointwise("mse_loss", "sum", False)
+    prob = executor.Problem(graph, x.numel(), 0, 0, torch.float32, {"scale": 1.0})
+    plan = executor.fused_plan(graph, (False, False), torch.float32)
+    launch = executor.launch_of(plan.forward, torch.float32)
+    for _ in range(2):  # through the dispatcher, then the specialised entry
+        got = launch.run(prob, (x, t), prob.params)[0]
+        assert_matches(got, TF.mse_loss(x, t, reduction="sum"), magnitude((), [x, t]))
 
 
 @pytest.mark.parametrize("pol", ["medium", "aggressive"])  # mse's handwritten kernel, and the generated one
