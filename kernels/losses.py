@@ -14,12 +14,13 @@ import math
 
 import numpy as np
 import torch
+import numba
 from numba import njit
 
 from autogen import decompositions as D
 from autogen import mathlib
 from autogen.codegen import _MATHLIB
-from autogen.executor import _flat_np, pooled_flat, scale_grads, split_run
+from autogen.executor import _ZERO, _flat_np, pooled_flat, scale_grads, split_run
 from autogen.ir import SCALAR
 from autogen.policies import note
 
@@ -40,10 +41,12 @@ _STORE = {torch.bfloat16: mathlib.narrow_bf16, torch.float16: mathlib.narrow_f16
 
 
 @njit(**_JIT)
-def _ce_denominator(t, w, ignore):
-    """'mean' divides by the summed weights of the rows not ignored (float64)."""
+def _ce_denominator(ta, R, w, ignore):
+    """'mean' divides by the summed weights of the rows not ignored (float64); the R int64 targets at address
+    ta (a tensor's data_ptr(): no numpy view made per call)."""
+    t = numba.carray(mathlib.at(ta, np.int64(0)), R)
     d = 0.0
-    for r in range(t.size):
+    for r in range(R):
         if t[r] != ignore:
             d += np.float64(w[t[r]])
     return d
@@ -57,9 +60,12 @@ def _ce_rows(F, want_grad, lx=_same, lw=_same, sg=None, salt=_MATHLIB):
     x and w are read; sg: how a 16-bit gradient is stored (None: the gradient row holds the exps between
     the passes; a 16-bit row would round them, so that variant keeps them in a float32 row of its own)."""
     @njit(**_JIT)
-    def rows(lo, hi, x, t, w, ignore, C, rb, gscale, grad, part):
+    def rows(lo, hi, xa, xz, ta, R, w, ignore, C, rb, gscale, grad, part):
         salt  # noqa: B018 - in the closure only, to key numba's cache on mathlib
-        R = t.size
+        # x (R x C, its element type xz's: 16-bit data as its bits) and the R int64 targets t from their
+        # addresses: a numpy view of each costs ~1 us a call to make
+        x = numba.carray(mathlib.at(xa, xz), R * C)
+        t = numba.carray(mathlib.at(ta, np.int64(0)), R)
         ex = np.empty(C if want_grad and sg is not None else 0, F)  # the row's exps (in L1)
         for blk in range(lo, hi):
             acc = 0.0
@@ -198,6 +204,8 @@ class CrossEntropy(_Engine):
     def run(self, tensors, needs):
         prob = self.prob
         x, t = tensors[0], tensors[1]
+        if not (x.is_contiguous() and t.is_contiguous() and t.dtype is torch.int64):  # read from their addresses
+            x, t = x.contiguous(), t.long().contiguous()  # as flat arrays
         weighted = len(tensors) > 2
         # kernel, block split and unweighted class weights per problem, dtypes and grad need: found once
         key = (needs[0], x.dtype, tensors[2].dtype if weighted else None)
@@ -212,7 +220,7 @@ class CrossEntropy(_Engine):
         F, rows, mean, rb, blocks, ones = hit[1:]
         R, C, ignore = prob.R, prob.C, prob.params["ignore_index"]
         grad, ga = _empty(x, needs[0], _none(F))
-        ta = _flat_np(t)
+        ta = t.data_ptr()  # contiguous int64 (functional's target check made it so)
         if ones is None:
             w = tensors[2]
             wa = _flat_np(w)
@@ -221,10 +229,10 @@ class CrossEntropy(_Engine):
             wa, wd = ones
         # 'mean' divides by the weight sum, found first (a pass over R targets) so that the gradient
         # is written scaled; 'sum' multiplies by the graph's param scale (1)
-        denom = _ce_denominator(ta, wd, ignore) if mean else 1.0 / prob.params["scale"]
+        denom = _ce_denominator(ta, R, wd, ignore) if mean else 1.0 / prob.params["scale"]
         gscale = F(_ratio(1.0, float(denom)))  # inf for 0: NaN gradients, as torch's
         part = np.empty(blocks, dtype=np.float64)
-        split_run(rows, blocks, (_flat_np(x), ta, wa, ignore, C, rb, gscale, ga, part), work=R * C)
+        split_run(rows, blocks, (x.data_ptr(), _ZERO[x.dtype], ta, R, wa, ignore, C, rb, gscale, ga, part), work=R * C)
         loss = _ratio(float(part[0] if blocks == 1 else part.sum()), float(denom))
         return _scalar(loss, F), [grad] + [None] * (len(tensors) - 1)
 
