@@ -303,8 +303,8 @@ class _Launch:
     loaded, the argument order, the params' converters, each output's allocation (small ones as numpy
     arrays handed to torch: no torch.empty and .numpy() per output). After the first call it holds the
     compiled overload's entry point (numba's dispatcher resolves a dozen argument types on every call,
-    ~2 us at 1K): used while each input array has the dtype that overload was compiled for (the only
-    thing the key does not fix; the arrays are always flat, contiguous and writable)."""
+    ~2 us at 1K): used while each input has the element type that overload was compiled for (the only
+    thing the key does not fix). Inputs go to the kernel as (address, length, zero of the element type)."""
     __slots__ = ("spec", "dtype", "fn", "entry", "in_dtypes", "names", "params", "outputs", "nparts", "kernels")
 
     def __init__(self, spec, dtype):
