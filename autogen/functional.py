@@ -39,7 +39,7 @@ _LOW = (torch.float16, torch.bfloat16)
 # memory on every call.
 SMALL_ELEMENTS = {"mse_loss": 1 << 18, "l1_loss": 1 << 13, "smooth_l1_loss": 1 << 17, "huber_loss": 1 << 17,
                   "binary_cross_entropy": 1 << 13, "binary_cross_entropy_with_logits": 1 << 13,
-                  "cross_entropy": 1 << 18, "nll_loss": 1 << 21, "gaussian_nll_loss": 1 << 10,
+                  "cross_entropy": 1 << 18, "nll_loss": 1 << 23, "gaussian_nll_loss": 1 << 10,
                   "hinge_embedding_loss": 1 << 10, "kl_div": 1 << 10, "margin_ranking_loss": 1 << 10,
                   "multilabel_soft_margin_loss": 1 << 10, "multi_margin_loss": 1 << 14, "poisson_nll_loss": 1 << 10,
                   "triplet_margin_loss": 1 << 10, "triplet_margin_with_distance_loss": 1 << 10,
