@@ -117,10 +117,12 @@ def _mse_kernel(F, want_x, want_t, lx=_same, ly=_same, sx=_same, sy=_same, salt=
     """Blocks [lo, hi): sum of (x - t)^2 in float64; gradients c*(x - t) and its negative (lx, ly: how x
     and y are read; sx, sy: how their gradients are stored)."""
     @njit(**_JIT)
-    def kernel(lo, hi, x, y, c, gx, gy, part):
+    def kernel(lo, hi, xa, xz, ya, yz, n, c, gx, gy, part):
         salt  # noqa: B018
+        x = numba.carray(mathlib.at(xa, xz), n)  # the inputs from their addresses, as cross-entropy's
+        y = numba.carray(mathlib.at(ya, yz), n)
         for blk in range(lo, hi):
-            s, e = blk * _BLOCK, min(blk * _BLOCK + _BLOCK, x.size)
+            s, e = blk * _BLOCK, min(blk * _BLOCK + _BLOCK, n)
             xs, ys = x[s:e], y[s:e]  # indices from 0: no wraparound check, the loop vectorizes
             gxs, gys = gx[s:e] if want_x else gx, gy[s:e] if want_t else gy
             acc = 0.0
@@ -250,6 +252,8 @@ class MSE(_Engine):
     def run(self, tensors, needs):
         prob = self.prob
         x, y = tensors
+        if not (x.is_contiguous() and y.is_contiguous()):  # the kernel reads them from their addresses
+            x, y = x.contiguous(), y.contiguous()
         # kernel, dtype and gradient factor per problem and grad needs: looked up once (an lru_cache of seven
         # arguments costs ~1 us a call)
         key = (needs, x.dtype, y.dtype)
@@ -262,7 +266,8 @@ class MSE(_Engine):
         F, kernel, c, blocks, none = hit[1:]
         (gx, gxa), (gy, gya) = _empty(x, needs[0], none), _empty(y, needs[1], none)
         part = np.empty(blocks, dtype=np.float64)
-        split_run(kernel, blocks, (_flat_np(x), _flat_np(y), c, gxa, gya, part), work=prob.n)
+        split_run(kernel, blocks, (x.data_ptr(), _ZERO[x.dtype], y.data_ptr(), _ZERO[y.dtype], prob.n, c, gxa, gya,
+                                   part), work=prob.n)
         total = part[0] if blocks == 1 else part.sum()  # one block: its partial is the sum
         return _scalar(total * prob.params["scale"], F), [gx, gy]
 
