@@ -287,7 +287,7 @@ def _plan_of(cap, tensors, result):
         source, args, finished = cap.finish
         if source is not out or finished is not result:
             return None
-        finish = args
+        finish = None if finished is out else args  # a mean or sum already in the call's dtype: nothing to do
     elif result is not out:
         return None
     return _Plan(checks, prob, recipes, use_autogen, handwritten, finish)
