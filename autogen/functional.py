@@ -19,7 +19,7 @@ from . import decompositions as D
 from . import inline
 from . import ops as _ops
 from .codegen import _ENV
-from .executor import Problem, _flat_np, _transformed, contiguous as _contiguous, execute, handwritten_for, rerun
+from .executor import Problem, _transformed, contiguous as _contiguous, execute, handwritten_for, rerun
 from .mathlib import at
 from .policies import _local as _state, calm, get_policy, note, recording
 
@@ -519,9 +519,9 @@ def _check_unit_interval(x, what):
         return inline.defer("unit_interval", x, what)
     if not x.numel():
         return
-    at = _small_values(x)
-    if at is not None:
-        inside = _inside_unit(*at)
+    mem = _small_values(x)
+    if mem is not None:
+        inside = _inside_unit(*mem)
     else:
         lo, hi = torch.aminmax(x.detach())
         inside = lo >= 0 and hi <= 1
@@ -529,7 +529,7 @@ def _check_unit_interval(x, what):
         raise RuntimeError(f"all elements of {what} should be between 0 and 1")
 
 
-_ZERO = {torch.float32: np.float32(0), torch.float64: np.float64(0)}
+_CHECKED = {torch.float32: np.float32(0), torch.float64: np.float64(0)}  # dtypes a value check reads, their zero
 
 
 def _small_values(x):
@@ -538,7 +538,7 @@ def _small_values(x):
     less than a numpy view); a large one takes torch's vectorized threads."""
     n = x.numel()
     if n < 1 << 16 and x.is_contiguous():
-        zero = _ZERO.get(x.dtype)
+        zero = _CHECKED.get(x.dtype)
         if zero is not None:
             return x.data_ptr(), n, zero
     return None
@@ -821,8 +821,8 @@ _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
 def _check_nonnegative(var):
-    at = _small_values(var) if type(var) is torch.Tensor else None  # else torch's own error for a non-tensor
-    if _any_negative(*at) if at is not None else torch.any(var < 0):
+    mem = _small_values(var) if type(var) is torch.Tensor else None  # else torch's own error for a non-tensor
+    if _any_negative(*mem) if mem is not None else torch.any(var < 0):
         raise ValueError("var has negative entry/entries")
 
 

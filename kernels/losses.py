@@ -12,9 +12,9 @@ float32 for float32 data); work is split in fixed blocks, each with its own floa
 import functools
 import math
 
+import numba
 import numpy as np
 import torch
-import numba
 from numba import njit
 
 from autogen import decompositions as D
