@@ -332,8 +332,8 @@ class _Launch:
         in_dtypes = self.in_dtypes
         held = []
         for k, t in enumerate(ins):  # each as its address, length and element type (codegen's kernel arguments)
-            if not t.is_contiguous():  # read as one flat array: a contiguous copy, held through the call
-                t = t.contiguous()
+            if not (t.is_contiguous() and t.is_cpu):  # read as one flat array: a contiguous copy, held through the call
+                t = host(t)
                 held.append(t)
             zero = _ZERO.get(t.dtype)
             if zero is None:  # another integer type, say: numpy's scalar of it
@@ -424,6 +424,15 @@ def run_spec(spec, prob, values, shapes=(), params=None):
     params are read from where not `values`: a problem's own params keep the launch's binding to it)."""
     launch = launch_of(spec, prob.dtype)
     return launch.run(prob, [values[a] for a in launch.names], values if params is None else params, shapes)
+
+
+def host(t):
+    """`t` as contiguous CPU memory, which a kernel reads from its address (a copy where it is strided); torch's
+    TypeError for a tensor on another device, as its numpy() raises (a kernel given that address would crash)."""
+    if not t.is_cpu:
+        raise TypeError(f"can't run autogen's CPU kernels on a {t.device.type} tensor: use Tensor.cpu() first, or "
+                        "policy 'disabled'")
+    return t if t.is_contiguous() else t.contiguous()
 
 
 def _flat_np(t):

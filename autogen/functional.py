@@ -19,7 +19,7 @@ from . import decompositions as D
 from . import inline
 from . import ops as _ops
 from .codegen import _ENV
-from .executor import Problem, _transformed, contiguous as _contiguous, execute, handwritten_for, rerun
+from .executor import Problem, _transformed, contiguous as _contiguous, execute, handwritten_for, host, rerun
 from .mathlib import at
 from .policies import _local as _state, calm, get_policy, note, recording
 
@@ -537,7 +537,7 @@ def _small_values(x):
     check on it is one serial numba pass over its memory (~5-10 us less than torch ops; from its address, ~1 us
     less than a numpy view); a large one takes torch's vectorized threads."""
     n = x.numel()
-    if n < 1 << 16 and x.is_contiguous():
+    if n < 1 << 16 and x.is_contiguous() and x.is_cpu:
         zero = _CHECKED.get(x.dtype)
         if zero is not None:
             return x.data_ptr(), n, zero
@@ -708,8 +708,7 @@ def _check_targets(target, C, ignore_index):
         t = target.detach().long().contiguous()
         inline.defer("targets", t, C, ignore_index)
         return t
-    t = target if target.dtype is torch.int64 else target.long()  # integers: never requires_grad
-    t = t if t.is_contiguous() else t.contiguous()
+    t = host(target if target.dtype is torch.int64 else target.long())  # integers: never requires_grad
     if t.numel():
         i = _first_bad_target_at(t.data_ptr(), t.numel(), C, ignore_index)
         if i >= 0:
@@ -956,7 +955,8 @@ def _row_targets(target, cdt, R):
 
 def _check_margin_targets(target, C):
     if target.numel():
-        if target.dtype is torch.int64 and target.is_contiguous():  # one numba pass (four torch ops cost ~10 us)
+        if target.dtype is torch.int64 and target.is_contiguous() and target.is_cpu:  # one numba pass (four torch
+            # ops cost ~10 us)
             bad = _first_bad_target_at(target.data_ptr(), target.numel(), C, None)
         else:
             t = target.detach().reshape(-1)

@@ -20,7 +20,7 @@ from numba import njit
 from autogen import decompositions as D
 from autogen import mathlib
 from autogen.codegen import _MATHLIB
-from autogen.executor import _ZERO, _flat_np, pooled_flat, scale_grads, split_run
+from autogen.executor import _ZERO, _flat_np, host, pooled_flat, scale_grads, split_run
 from autogen.ir import SCALAR
 from autogen.policies import note
 
@@ -212,8 +212,8 @@ class CrossEntropy(_Engine):
     def run(self, tensors, needs):
         prob = self.prob
         x, t = tensors[0], tensors[1]
-        if not (x.is_contiguous() and t.is_contiguous() and t.dtype is torch.int64):  # read from their addresses
-            x, t = x.contiguous(), t.long().contiguous()  # as flat arrays
+        if not (x.is_contiguous() and t.is_contiguous() and x.is_cpu and t.is_cpu and t.dtype is torch.int64):
+            x, t = host(x), host(t.long())  # read from their addresses as flat arrays
         weighted = len(tensors) > 2
         # kernel, block split and unweighted class weights per problem, dtypes and grad need: found once
         key = (needs[0], x.dtype, tensors[2].dtype if weighted else None)
@@ -258,8 +258,8 @@ class MSE(_Engine):
     def run(self, tensors, needs):
         prob = self.prob
         x, y = tensors
-        if not (x.is_contiguous() and y.is_contiguous()):  # the kernel reads them from their addresses
-            x, y = x.contiguous(), y.contiguous()
+        if not (x.is_contiguous() and y.is_contiguous() and x.is_cpu and y.is_cpu):
+            x, y = host(x), host(y)  # the kernel reads them from their addresses
         # kernel, dtype and gradient factor per problem and grad needs: looked up once (an lru_cache of seven
         # arguments costs ~1 us a call)
         key = (needs, x.dtype, y.dtype)

@@ -126,6 +126,24 @@ def test_a_launch_reads_a_non_contiguous_input_in_its_logical_order():
         assert_matches(got, TF.mse_loss(x, t, reduction="sum"), magnitude((), [x, t]))
 
 
+def test_a_kernel_is_never_handed_the_address_of_memory_off_the_cpu():
+    """A tensor on another device (meta here; CUDA likewise) raises TypeError, as its numpy() did, before any
+    kernel could read its address; the handwritten kernels and the target check too."""
+    x, t = torch.randn(6, 7, device="meta"), torch.randn(6, 7, device="meta")
+    graph = AF.D.pointwise("mse_loss", "sum", False)
+    prob = executor.Problem(graph, x.numel(), 0, 0, torch.float32, {"scale": 1.0})
+    launch = executor.launch_of(executor.fused_plan(graph, (False, False), torch.float32).forward, torch.float32)
+    with pytest.raises(TypeError, match="meta tensor"):
+        launch.run(prob, (x, t), prob.params)
+    with pytest.raises(TypeError, match="meta tensor"):
+        AF._check_targets(torch.tensor([1, 2], device="meta"), 5, -100)
+    from autogen.kernels import losses
+    mse = losses.MSE(executor.Problem(AF.D.pointwise("mse_loss", "mean", False), 42, 0, 0, torch.float32,
+                                      {"scale": 1 / 42}), "test")
+    with pytest.raises(TypeError, match="meta tensor"):
+        mse.run((x, t), (True, False))
+
+
 @pytest.mark.parametrize("pol", ["medium", "aggressive"])  # mse's handwritten kernel, and the generated one
 def test_a_freed_graph_raises_torchs_error_whatever_grad_output_was(pol):
     """The loss saves nothing with autograd; a second backward through a freed graph still raises torch's
