@@ -13,7 +13,8 @@ import torch
 from . import inline
 from . import ops as _ops
 from . import policies as _policy
-from .executor import LossGraph, Problem, _capture, _differentiable, _transformed, execute, handwritten_for, rerun
+from .executor import (LossGraph, Problem, _capture, _differentiable, _transformed, execute, handwritten_for, observers,
+                       rerun)
 from .ir import COL, ELEM, ROW, SCALAR, apply as A, input as inp, param
 from .policies import calm as _calm, tracing as _tracing
 
@@ -454,7 +455,8 @@ def glu(input, dim=-1):
     if input.numel() and input.is_contiguous() and not _transformed([input]):
         path, reason = _policy.choose(True)
         if path == "handwritten":  # the halves read in place: no copy of either
-            _capture(Problem(graph("glu"), input.numel() // 2, 0, 0, cdt, {}))
+            if observers:  # an explain() running: the problem it explains
+                _capture(Problem(graph("glu"), input.numel() // 2, 0, 0, cdt, {}))
             return _Glu.apply(_glu_engine(cdt), reason, input, dim % input.dim())
     a, b = input.chunk(2, dim)
     a, b = (_stored(t, cdt).contiguous() for t in (a, b))

@@ -1284,8 +1284,8 @@ def _grads_from_output(ctx, out, gout, wrt):
 
 
 def _ctx_info(engine, plan, count):
-    """(the fused plan it ran or None, kept inputs, saves its output (from-output plan), saves relu's result, fast, copies inputs) of
-    an engine's forward: set by its forward (a plan per needs), so read after it."""
+    """Of an engine's forward: (the fused plan it ran or None, kept inputs, saves its output (a from-output
+    plan), saves relu's result, fast, copies inputs). Its forward sets them (a plan per needs): read after it."""
     graph = engine.prob.graph
     keep = graph.kept
     from_output = getattr(engine, "saves_result", False)

@@ -19,7 +19,7 @@ from . import decompositions as D
 from . import inline
 from . import ops as _ops
 from .codegen import _ENV
-from .executor import Problem, _transformed, contiguous as _contiguous, execute, handwritten_for, host, rerun
+from .executor import _ZERO, Problem, _transformed, contiguous as _contiguous, execute, handwritten_for, host, rerun
 from .mathlib import at
 from .policies import _local as _state, calm, get_policy, note, recording
 
@@ -529,7 +529,7 @@ def _check_unit_interval(x, what):
         raise RuntimeError(f"all elements of {what} should be between 0 and 1")
 
 
-_CHECKED = {torch.float32: np.float32(0), torch.float64: np.float64(0)}  # dtypes a value check reads, their zero
+_CHECKED = {dt: _ZERO[dt] for dt in (torch.float32, torch.float64)}  # dtypes a value check reads, their zero
 
 
 def _small_values(x):

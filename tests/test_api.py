@@ -169,6 +169,8 @@ def test_explain_a_nonlinearity(pol, path, monkeypatch):
     with autogen.policy(pol):
         ex = autogen.explain("gelu", torch.randn(5, 7))
         leaky = autogen.explain("leaky_relu", torch.randn(5, 7), negative_slope=0.2)
+        glu = autogen.explain("glu", torch.randn(4, 6))  # under medium its handwritten kernel: explain sees it too
+    assert "gate" in glu.graph and [(c.op, c.path) for c in glu.calls] == [("glu", path)] * 2
     assert "erf" in ex.graph and any("def kernel" in src for src in ex.sources.values())
     assert [(c.op, c.path, c.phase) for c in ex.calls] == [("gelu", path, "forward"), ("gelu", path, "backward")]
     assert "negative_slope" in leaky.graph and {c.path for c in leaky.calls} == {path}

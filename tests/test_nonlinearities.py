@@ -178,7 +178,7 @@ def test_glu_halves_read_in_place(shape, dim, dtype, every_size):
     assert {c.path for c in rec.calls} == ({"autogen"} if not xt.is_contiguous() else {"handwritten"})
 
 
-FROM_OUTPUT = ["sigmoid", "tanh"]  # a derivative that is a function of the output aloneFROM_OUTPUT = ["sigmoid", "tanh"]  # a derivative that is a function of the output alone
+FROM_OUTPUT = ["sigmoid", "tanh"]  # a derivative that is a function of the output alone
 
 
 def test_from_output_plans_are_these():
