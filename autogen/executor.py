@@ -467,7 +467,7 @@ def _storage(graph, tensors):
     return codes + (out,)
 
 
-_PAR_SECONDS = 5e-5  # use threads only when one thread would take longer than this: a parallel
+_PAR_SECONDS = 1e-5  # use threads only when one thread would take longer than this: a parallel
 # launch costs more than a small kernel's whole run (docs/performance.md).
 # Generated kernels then run their prange variant, handwritten ones a prange trampoline over
 # row chunks (split_run): both on numba's threads, compiled only for such inputs.
@@ -555,13 +555,21 @@ def _timed(kernel, work, call):
         _timings[kernel] = _timings.get(kernel, 0) + 1
 
 
-@numba.njit(parallel=True, nogil=True)
-def _pfor(fn, count, nthreads, args):
-    """fn(lo, hi, *args) over [0, count) in nthreads chunks, on numba's threads (as prange kernels)."""
-    for k in numba.prange(nthreads):
-        fn(count * k // nthreads, count * (k + 1) // nthreads, *args)
+def _trampoline(fn):
+    """fn's parallel trampoline: fn(lo, hi, *args) over [0, count) in nthreads chunks, on numba's threads (as
+    prange kernels). One per kernel, fn a constant of its closure: a dispatcher passed as an argument costs
+    numba ~5 us a call to type."""
+    pfor = _trampolines.get(fn)
+    if pfor is None:
+        @numba.njit(parallel=True, nogil=True)
+        def pfor(count, nthreads, *args):
+            for k in numba.prange(nthreads):
+                fn(count * k // nthreads, count * (k + 1) // nthreads, *args)
+        pfor = _trampolines[fn] = pfor
+    return pfor
 
 
+_trampolines = {}  # kernel -> its parallel trampoline
 _serial_only = set()  # kernels the parallel trampoline could not compile for
 
 
@@ -581,7 +589,7 @@ def split_run(fn, count, args, work=None):
         fn(0, count, *args)
         return
     try:
-        _pfor(fn, count, threads, tuple(args))
+        _trampoline(fn)(count, threads, *args)
     except Exception as exc:  # noqa: BLE001 - a typing failure: run this kernel serially from now on
         if not type(exc).__module__.startswith("numba"):
             raise

@@ -124,6 +124,7 @@ def test_threaded_variants_match_serial(monkeypatch):
         torch.testing.assert_close(out, TF.l1_loss(x, y, reduction="sum"))
         assert {c.path for c in rec.calls} == {"handwritten"} and not any(c.fused for c in rec.calls), rec.calls
     assert not executor._serial_only, "the threaded trampoline failed to compile for a kernel"
+    assert any(p.signatures for p in list(executor._trampolines.values())), "no handwritten kernel ran threaded"
 
 
 @pytest.mark.parametrize("name,way", [("sigmoid", "output"), ("silu", "derivative"), ("tanh", "output"),
