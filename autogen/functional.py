@@ -37,9 +37,9 @@ _LOW = (torch.float16, torch.bfloat16)
 # the 'aggressive' policy ignores them, and AUTOGEN_SMALL_ELEMENTS=N sets one value for all losses.
 # NLL writes the same gradient torch does: its fused kernel wins only where torch's gradient is new
 # memory on every call.
-SMALL_ELEMENTS = {"mse_loss": 1 << 18, "l1_loss": 1 << 13, "smooth_l1_loss": 1 << 17, "huber_loss": 1 << 17,
+SMALL_ELEMENTS = {"mse_loss": 1 << 16, "l1_loss": 1 << 13, "smooth_l1_loss": 1 << 16, "huber_loss": 1 << 16,
                   "binary_cross_entropy": 1 << 13, "binary_cross_entropy_with_logits": 1 << 13,
-                  "cross_entropy": 1 << 18, "nll_loss": 1 << 23, "gaussian_nll_loss": 1 << 10,
+                  "cross_entropy": 1 << 17, "nll_loss": 1 << 23, "gaussian_nll_loss": 1 << 10,
                   "hinge_embedding_loss": 1 << 10, "kl_div": 1 << 10, "margin_ranking_loss": 1 << 10,
                   "multilabel_soft_margin_loss": 1 << 10, "multi_margin_loss": 1 << 14, "poisson_nll_loss": 1 << 10,
                   "triplet_margin_loss": 1 << 10, "triplet_margin_with_distance_loss": 1 << 10,
@@ -48,8 +48,8 @@ SMALL_ELEMENTS = {"mse_loss": 1 << 18, "l1_loss": 1 << 13, "smooth_l1_loss": 1 <
 # kernel then saves only the forward's passes, so torch's kernel wins up to larger sizes, and NLL's
 # forward (a gather of one value per row) at every size. From `bench_crossover.py --fwd`: each limit is
 # the first size ours won in every run (eager's own time moves with page faults), by at least 5%.
-SMALL_ELEMENTS_NO_GRAD = dict(SMALL_ELEMENTS, mse_loss=1 << 19, l1_loss=1 << 14, smooth_l1_loss=1 << 17,
-                              huber_loss=1 << 17, cross_entropy=1 << 19, binary_cross_entropy_with_logits=1 << 13,
+SMALL_ELEMENTS_NO_GRAD = dict(SMALL_ELEMENTS, mse_loss=1 << 15, l1_loss=1 << 14, smooth_l1_loss=1 << 16,
+                              huber_loss=1 << 16, cross_entropy=1 << 19, binary_cross_entropy_with_logits=1 << 13,
                               nll_loss=1 << 62, kl_div=1 << 12, margin_ranking_loss=1 << 14, multi_margin_loss=1 << 14,
                               poisson_nll_loss=1 << 13, triplet_margin_loss=1 << 12, cosine_embedding_loss=1 << 12)
 if os.environ.get("AUTOGEN_SMALL_ELEMENTS"):
