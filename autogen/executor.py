@@ -497,10 +497,13 @@ def _numba_threads(want):
 
 
 def _use_threads(kernel, work, count):
-    """Whether one thread would take over _PAR_SECONDS, by the kernel's measured time per element."""
+    """Whether one thread would take over _PAR_SECONDS, by the kernel's measured time per element: the fastest of
+    its _SAMPLES timed calls (a process's first calls run with cold caches and fresh memory, and the choice of
+    threads stops the timing)."""
     rate = _rates.get(kernel)
-    return (rate is not None and count > 1 and work * rate >= _PAR_SECONDS and torch.get_num_threads() > 1
-            and not _fork_child)
+    return (rate is not None and count > 1 and work * rate >= _PAR_SECONDS
+            and _timings.get(kernel, 0) >= _SAMPLES
+            and torch.get_num_threads() > 1 and not _fork_child)
 
 
 _layer_lock = threading.Lock()

@@ -98,6 +98,20 @@ def test_a_kernel_is_timed_for_its_first_calls_only(monkeypatch, policy, name, p
     assert all(executor._timings[k] == executor._SAMPLES for k in timed)
 
 
+def test_threads_wait_for_every_timed_sample(monkeypatch):
+    """A kernel runs on several threads only once all _SAMPLES timed calls measured it: one slow first call (cold
+    caches, fresh memory) picked threads for good, which cost a small kernel more than it saved."""
+    kernel = object()
+    monkeypatch.setattr(executor, "_rates", {kernel: 1.0})  # a second an element: threads at any size
+    monkeypatch.setattr(executor, "_timings", {kernel: 1})
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert not executor._use_threads(kernel, 1 << 16, 4)
+    executor._timings[kernel] = executor._SAMPLES
+    assert executor._use_threads(kernel, 1 << 16, 4)
+    executor._rates[kernel] = executor._PAR_SECONDS / (1 << 17)  # one thread takes half the limit
+    assert not executor._use_threads(kernel, 1 << 16, 4)
+
+
 def test_an_input_of_another_dtype_than_the_specialised_one_takes_the_dispatcher():
     """After its first call a launch calls the compiled overload itself; a call whose inputs have other
     dtypes (a float64 input to a float32 plan) goes through numba's dispatcher and gets the right numbers."""
