@@ -354,7 +354,7 @@ class _Launch:
                 args.append(_flat_np(o))
         args.append(_parts(nparts, r) if nparts else _no_parts(r))
         fn = self.fn
-        if fn in _rates and _use_threads(fn, n, r):
+        if _use_threads(fn, n, r):
             par = _load(self.spec, parallel=True)
             _numba_threads(torch.get_num_threads())
             lock = _parallel_lock()
@@ -472,10 +472,11 @@ _PAR_SECONDS = 1e-5  # use threads only when one thread would take longer than t
 # Generated kernels then run their prange variant, handwritten ones a prange trampoline over
 # row chunks (split_run): both on numba's threads, compiled only for such inputs.
 _ran = set()         # kernels called at least once (compiled for the types they take here)
-_rates = {}          # kernel -> fastest seen seconds per element on one thread (measured as we go)
+# per kernel and size class (work.bit_length(): a call's fixed cost weighs more per element in a smaller one)
+_rates = {}          # (kernel, class) -> fastest seen seconds per element on one thread (measured as we go)
 _RATE_MIN = 4096     # elements: a smaller call says more about overhead than about the kernel
-_SAMPLES = 8         # timed calls per kernel: its later calls run untimed (and through the entry point)
-_timings = {}        # kernel -> timed calls so far
+_SAMPLES = 8         # timed calls per kernel and class: its later calls run untimed (and through the entry point)
+_timings = {}        # (kernel, class) -> timed calls so far
 
 
 class _ThreadState(threading.local):
@@ -497,12 +498,13 @@ def _numba_threads(want):
 
 
 def _use_threads(kernel, work, count):
-    """Whether one thread would take over _PAR_SECONDS, by the kernel's measured time per element: the fastest of
-    its _SAMPLES timed calls (a process's first calls run with cold caches and fresh memory, and the choice of
-    threads stops the timing)."""
-    rate = _rates.get(kernel)
+    """Whether one thread would take over _PAR_SECONDS, by the kernel's measured time per element at this size
+    class: the fastest of its _SAMPLES timed calls (a process's first calls run with cold caches and fresh
+    memory, and the choice of threads stops the timing)."""
+    key = (kernel, work.bit_length())
+    rate = _rates.get(key)
     return (rate is not None and count > 1 and work * rate >= _PAR_SECONDS
-            and _timings.get(kernel, 0) >= _SAMPLES
+            and _timings.get(key, 0) >= _SAMPLES
             and torch.get_num_threads() > 1 and not _fork_child)
 
 
@@ -540,7 +542,7 @@ def _untimed(kernel, work):
     """Whether a call of `work` elements runs untimed: the compiled kernel's speed is learnt (its first _SAMPLES
     calls of at least _RATE_MIN elements were timed), or the call is too small to say more about overhead than
     about the kernel."""
-    return work < _RATE_MIN and kernel in _ran or _timings.get(kernel, 0) >= _SAMPLES
+    return work < _RATE_MIN and kernel in _ran or _timings.get((kernel, work.bit_length()), 0) >= _SAMPLES
 
 
 def _timed(kernel, work, call):
@@ -553,9 +555,10 @@ def _timed(kernel, work, call):
         _ran.add(kernel)
     elif work >= _RATE_MIN:
         seconds = (time.perf_counter() - t0) / work
-        rate = _rates.get(kernel)
-        _rates[kernel] = seconds if rate is None else min(rate, seconds)
-        _timings[kernel] = _timings.get(kernel, 0) + 1
+        key = (kernel, work.bit_length())
+        rate = _rates.get(key)
+        _rates[key] = seconds if rate is None else min(rate, seconds)
+        _timings[key] = _timings.get(key, 0) + 1
 
 
 def _trampoline(fn):

@@ -95,20 +95,22 @@ def test_a_kernel_is_timed_for_its_first_calls_only(monkeypatch, policy, name, p
         compare(lambda a, b: getattr(AF, name)(a, b, use_autogen=True), getattr(TF, name),
                 [x.requires_grad_(), t], policy=policy, paths=[path], fused=True)
     assert timed and all(timed.count(k) <= executor._SAMPLES + 1 for k in timed), [timed.count(k) for k in timed]
-    assert all(executor._timings[k] == executor._SAMPLES for k in timed)
+    assert all(executor._timings[k, x.numel().bit_length()] == executor._SAMPLES for k in timed)
 
 
 def test_threads_wait_for_every_timed_sample(monkeypatch):
     """A kernel runs on several threads only once all _SAMPLES timed calls measured it: one slow first call (cold
     caches, fresh memory) picked threads for good, which cost a small kernel more than it saved."""
     kernel = object()
-    monkeypatch.setattr(executor, "_rates", {kernel: 1.0})  # a second an element: threads at any size
-    monkeypatch.setattr(executor, "_timings", {kernel: 1})
+    key = (kernel, (1 << 16).bit_length())  # rates are per kernel and size class
+    monkeypatch.setattr(executor, "_rates", {key: 1.0})  # a second an element: threads at any size
+    monkeypatch.setattr(executor, "_timings", {key: 1})
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     assert not executor._use_threads(kernel, 1 << 16, 4)
-    executor._timings[kernel] = executor._SAMPLES
+    executor._timings[key] = executor._SAMPLES
     assert executor._use_threads(kernel, 1 << 16, 4)
-    executor._rates[kernel] = executor._PAR_SECONDS / (1 << 17)  # one thread takes half the limit
+    assert not executor._use_threads(kernel, 1 << 17, 4), "another size class has its own samples"
+    executor._rates[key] = executor._PAR_SECONDS / (1 << 17)  # one thread takes half the limit
     assert not executor._use_threads(kernel, 1 << 16, 4)
 
 
