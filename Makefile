@@ -28,6 +28,7 @@ bench: install
 	$(BIN)/python benchmarks/bench_losses.py
 	$(BIN)/python benchmarks/bench_crossover.py
 	$(BIN)/python benchmarks/bench_crossover.py --fixed
+	$(BIN)/python benchmarks/bench_math.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

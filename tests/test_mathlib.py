@@ -462,3 +462,20 @@ def test_special_vectorizes(name, arity, dt):
     assert widths and max(widths) >= 4, (name, dt)
     calls = re.findall(r'call [^@\n]*@"?([\w.$]+)', llvm_ir)
     assert not [c for c in calls if 'autogen' in c or c in ('tan', 'cosh', 'erf', 'atan2', 'exp', 'log')], calls
+
+
+def test_math_benchmark_covers_every_function_and_agrees_with_torch():
+    """benchmarks/bench_math.py times each public function against torch's op for it: the table names every
+    function, and each pair computes the same values (a benchmark of the wrong op would time nothing useful)."""
+    import importlib.util
+    import os
+    import torch
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "bench_math.py")
+    spec = importlib.util.spec_from_file_location("bench_math", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert set(bench.FUNCTIONS) == {"exp", "expm1", "log", "log1p", "log1pexp", "tanh", "sigmoid", "erf"}
+    for name in bench.FUNCTIONS:
+        for dt, tol in ((torch.float32, 4e-7), (torch.float64, 1e-15)):
+            theirs, ours, diff = bench.measure(name, dt, 1024, reps=1, number=2)
+            assert theirs > 0 and ours > 0 and diff <= tol, (name, dt, diff)
