@@ -127,6 +127,18 @@ def empty_cache():
         _pool.clear()
 
 
+_ALIGN = 64  # bytes: an AVX-512 vector, a cache line
+
+
+def _aligned(nbytes):
+    """An uninitialized uint8 array of `nbytes` at an address a multiple of _ALIGN: a vector store then writes
+    one cache line, not two (numpy's own large arrays start 16 bytes into a page, as glibc's mmapped chunks do;
+    torch's are 64-byte aligned)."""
+    raw = np.empty(nbytes + _ALIGN, np.uint8)
+    off = -raw.__array_interface__["data"][0] % _ALIGN
+    return raw[off:off + nbytes]
+
+
 def _pool_array(nbytes, npdt, shape=None):
     """A numpy array of `nbytes` bytes of dtype npdt from the pool, flat or `shape`d; its buffer returns to
     the pool when this array is freed. Hand torch this array itself: another view of it (a reshape) has
@@ -135,7 +147,7 @@ def _pool_array(nbytes, npdt, shape=None):
         free = _pool.get(nbytes)
         buf = free.pop() if free else None
     if buf is None:
-        buf = np.empty(nbytes, np.uint8)
+        buf = _aligned(nbytes)
     arr = buf.view(npdt)
     if shape is not None:
         arr = arr.reshape(shape)

@@ -180,6 +180,20 @@ def test_large_outputs_come_from_a_pool_and_are_never_shared_while_alive():
     assert executor._pool == {} and executor.pool_bytes() == 0
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_pooled_outputs_start_on_a_cache_line(dtype):
+    """Pool buffers are 64-byte aligned, as torch's own tensors: numpy's large arrays start 16 bytes into a page,
+    and every vector store to them then wrote two cache lines."""
+    autogen.empty_cache()
+    n = (1 << 20) // dtype.itemsize + 3
+    outs = [executor.pooled(n, dtype) for _ in range(3)] + [executor.pooled_flat(torch.empty(n + 5, dtype=dtype))[0]]
+    assert all(o.data_ptr() % 64 == 0 and o.numel() in (n, n + 5) for o in outs), [o.data_ptr() % 64 for o in outs]
+    first = outs[0].data_ptr()
+    del outs
+    assert executor.pooled(n, dtype).data_ptr() == first  # reused as it was lent
+    autogen.empty_cache()
+
+
 @pytest.mark.parametrize("call", [
     lambda x, t: torch.autograd.grad(AF.mse_loss(x, t, use_autogen=True), [x])[0],         # handwritten loss
     lambda x, t: AF.relu(x),                                                                # handwritten nonlinearity
