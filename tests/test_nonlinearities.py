@@ -1,8 +1,10 @@
 """Every nonlinearity x path x dtype against torch: values and gradients, kinks and extremes."""
+import functools
 import gc
 
 import pytest
 import torch
+import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as TF
 from torch.testing._internal.common_methods_invocations import op_db
 
@@ -135,6 +137,24 @@ def test_mask_is_all_that_is_saved(name, opts, dtype, every_size):
     torch.testing.assert_close(gg, gg_ref, **tol)
     assert {(c.op, c.path, c.phase) for c in rec.calls} == {(name, "handwritten", "forward"),
                                                             (name, "fallback", "backward")}  # create_graph
+
+
+def test_glu_and_masked_kernels_under_torch_func_match_torch(every_size):
+    """Their autograd Functions are applied below torch.autograd.Function.apply's torch.func layer: under vmap,
+    jvp, grad and forward-mode AD the calls go to torch's ops first, with torch's results."""
+    x, t = torch.randn(4, 6, dtype=torch.float64), torch.randn(4, 6, dtype=torch.float64)
+    tol = tolerances(torch.float64)
+    for name in ("glu", *MASKED):
+        ours, theirs = (functools.partial(getattr(F, name), **REQUIRED.get(name, {})) for F in (AF, TF))
+        with autogen.policy("medium"):
+            got = [torch.func.vmap(ours)(x), torch.func.jvp(ours, (x,), (t,))[1],
+                   torch.func.grad(lambda v: ours(v).sum())(x)]
+            with fwAD.dual_level():
+                got.append(fwAD.unpack_dual(ours(fwAD.make_dual(x, t))).tangent)
+        want = [torch.func.vmap(theirs)(x), torch.func.jvp(theirs, (x,), (t,))[1],
+                torch.func.grad(lambda v: theirs(v).sum())(x), torch.func.jvp(theirs, (x,), (t,))[1]]
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, **tol)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
