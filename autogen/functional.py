@@ -955,8 +955,7 @@ def _row_targets(target, cdt, R):
 
 def _check_margin_targets(target, C):
     if target.numel():
-        if target.dtype is torch.int64 and target.is_contiguous() and target.is_cpu:  # one numba pass (four torch
-            # ops cost ~10 us)
+        if target.dtype is torch.int64 and target.is_contiguous() and target.is_cpu:  # one numba pass (~10 us less)
             bad = _first_bad_target_at(target.data_ptr(), target.numel(), C, None)
         else:
             t = target.detach().reshape(-1)
