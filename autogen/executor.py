@@ -173,6 +173,18 @@ def pooled(size, dtype):
     return out.view(dtype) if dtype in _LOW16 else out
 
 
+def _low16_out(size, dtype, shape=None):
+    """A 16-bit output of `size` elements (`shape`d where given) and its flat uint16 array, the kernel's: one
+    view at most (a gradient that is a view of a view costs autograd's accumulation ~4 us more)."""
+    shape = size if shape is None else shape
+    if size * 2 < _POOL_MIN:
+        out = torch.empty(shape, dtype=dtype)
+        a = out.view(torch.uint16).numpy()
+        return out, a if a.ndim == 1 else a.ravel()
+    a = _pool_array(size * 2, np.uint16, shape)  # torch holds this array itself: see _pool_array
+    return torch.from_numpy(a).view(dtype), a if a.ndim == 1 else a.ravel()
+
+
 def pooled_like(t):
     """An uninitialized contiguous tensor shaped and typed like `t`, its memory from the pool when large
     (a small one from numpy, shaped there: torch's view by a torch.Size costs more than the allocation)."""
@@ -182,9 +194,8 @@ def pooled_like(t):
 def pooled_flat(t):
     """pooled_like(t) and its flat numpy view, which a kernel writes."""
     npdt = _NP_OUT.get(t.dtype)
-    if npdt is None:  # 16-bit: a uint16 buffer viewed as t's dtype
-        out = pooled(t.numel(), t.dtype)
-        return out.view(t.shape), _flat_np(out)
+    if npdt is None:
+        return _low16_out(t.numel(), t.dtype, t.shape)
     a = _out_array(t.numel() * t.dtype.itemsize, npdt, t.shape)  # the tensor holds the array the pool watches
     return torch.from_numpy(a), a.ravel()
 
@@ -360,6 +371,10 @@ class _Launch:
                 a = np.empty(shape, npdt)
                 outs.append(torch.from_numpy(a))
                 args.append(a if flat else a.ravel())
+            elif dt in _LOW16 and size is not None:
+                o, a = _low16_out(size, dt, shape)
+                outs.append(o)
+                args.append(a)
             else:
                 o = pooled(size, dt) if size is not None else torch.empty((), dtype=dt)
                 outs.append(o if shape is None else o.view(shape))
@@ -467,16 +482,22 @@ def widened(prob, tensors):
 
 def _storage(graph, tensors):
     """Per input, its 16-bit storage code or None; then the output's (the promoted floating dtype's). None
-    when no input is 16-bit (the common case, checked per call: the promotion below costs ~2 us)."""
+    when no input is 16-bit (the common case, checked per call)."""
     for t in tensors:
         if t.dtype in _LOW16:
             break
     else:
         return None
-    codes = tuple(_LOW16.get(t.dtype) for t in tensors)
-    floats = [t.dtype for t in tensors if t.is_floating_point()]
-    out = _LOW16.get(functools.reduce(torch.promote_types, floats)) if floats else None
-    return codes + (out,)
+    dtypes = tuple(t.dtype for t in tensors)
+    codes = _STORAGE_CODES.get(dtypes)
+    if codes is None:  # a handful of dtype combinations per process
+        floats = [d for d in dtypes if d.is_floating_point]
+        out = _LOW16.get(functools.reduce(torch.promote_types, floats)) if floats else None
+        codes = _STORAGE_CODES[dtypes] = tuple(_LOW16.get(d) for d in dtypes) + (out,)
+    return codes
+
+
+_STORAGE_CODES = {}  # _storage's result per tuple of input dtypes
 
 
 _PAR_SECONDS = 1e-5  # use threads only when one thread would take longer than this: a parallel
@@ -1189,9 +1210,9 @@ class _LossFunction(torch.autograd.Function):
     differentiated again."""
 
     @staticmethod
-    def forward(ctx, engine, *tensors):
+    def forward(ctx, engine, dtype, *tensors):
         ctx.engine = engine
-        needs = ctx.needs = ctx.needs_input_grad[1:]
+        needs = ctx.needs = ctx.needs_input_grad[2:]
         out, saved = engine.forward(tensors, needs)
         # what depends on the engine alone (its graph, its plan for these needs), found at its first call
         info, plan = engine.__dict__.get("_ctx_info"), engine.__dict__.get("plan")  # a fused engine's, per call
@@ -1220,10 +1241,17 @@ class _LossFunction(torch.autograd.Function):
             ctx.reads = result or keep is None and _reads(saved, tensors)
             ctx.shapes = [t.shape for t in tensors]
         ctx.saved = saved
+        ctx.cast = None
+        if dtype is not None and out.dtype is not dtype and not (result or ctx.from_output):
+            # the caller's result dtype (a 16-bit loss's float32 sum, say) converted here: a ToCopy node of
+            # its own after this one would cost a forward and a backward step more per call
+            ctx.cast, out = out.dtype, out.to(dtype)
         return out
 
     @staticmethod
     def backward(ctx, gout):
+        if ctx.cast is not None:  # as the ToCopy node it replaces: grad_output in the engine's dtype
+            gout = gout.to(ctx.cast)
         for t, version in ctx.watch:
             if t._version != version:
                 raise _changed(t, version, f" ({ctx.engine.prob.graph.name} keeps it for its gradient, as torch's "
@@ -1236,7 +1264,7 @@ class _LossFunction(torch.autograd.Function):
             grads = _differentiable_grads(ctx, gout)
             if fast and not keep:
                 ctx.inputs = ctx.saved = None
-            return (None, *grads)
+            return (None, None, *grads)
         saved, ctx.saved = ctx.saved, None
         result = None
         if saved is None:  # handed over by a backward that freed the graph: saved_tensors raises torch's error
@@ -1264,7 +1292,7 @@ class _LossFunction(torch.autograd.Function):
             # the output unpacked above, marked again: each unpacking is a new tensor, and one kept here
             # would hold this node (its grad_fn) in a reference cycle with the output's memory
             ctx.saved = _replace(saved, result, _RESULT) if result is not None else saved
-        return (None, *grads)
+        return (None, None, *grads)
 
 
 def _differentiable_grads(ctx, gout):
@@ -1366,34 +1394,35 @@ def _differentiable(tensors):
     return False
 
 
-def rerun(keep, prob, tensors, use_autogen, handwritten=None, fallback=True):
+def rerun(keep, prob, tensors, use_autogen, handwritten=None, fallback=True, dtype=None):
     """execute(), remembering in `keep` (a call plan, a trace: .engine and .policy, None at first) the fused
     engine it ran, and rerunning that engine while the policy is the same: the choice and the engine are
     made once per signature. Anything the engine raises goes through execute(), which falls back or raises
-    as it decides."""
+    as it decides. `dtype`: see _run_engine."""
     engine = keep.engine
     if engine is not None and keep.policy == _policy.get_policy():
         if observers:  # explain() listening
             _capture(prob)
         try:
-            return _run_engine(engine, prob, tensors)
+            return _run_engine(engine, prob, tensors, dtype)
         except Exception:  # noqa: BLE001
             keep.engine = None
-    return execute(prob, tensors, use_autogen, handwritten, fallback, keep)
+    return execute(prob, tensors, use_autogen, handwritten, fallback, keep, dtype)
 
 
-def _run_engine(engine, prob, tensors):
+def _run_engine(engine, prob, tensors, dtype=None):
     """The engine's forward on the call's tensors (widened where it reads no 16-bit data), under autograd
-    where a gradient is wanted."""
+    where a gradient is wanted. `dtype`: the caller's result dtype, which a differentiable output is
+    converted to inside the autograd Function (the caller still converts any other)."""
     ts = tensors if getattr(engine, "low_precision", False) else widened(prob, tensors)
     if _differentiable(ts):
-        return _apply(engine, *ts)
+        return _apply(engine, dtype, *ts)
     return engine.forward(ts, (False,) * len(ts))[0]  # skip autograd's bookkeeping
 
 
-def execute(prob, tensors, use_autogen, handwritten=None, fallback=True, keep=None):
+def execute(prob, tensors, use_autogen, handwritten=None, fallback=True, keep=None, dtype=None):
     """Pick the path for this loss call under the policy, run it, record it. `fallback=False`: an
-    engine error is raised (the caller has its own fallback). `keep`: see rerun."""
+    engine error is raised (the caller has its own fallback). `keep`: see rerun; `dtype`: _run_engine."""
     if observers:
         _capture(prob)
     if _transformed(tensors):
@@ -1409,9 +1438,9 @@ def execute(prob, tensors, use_autogen, handwritten=None, fallback=True, keep=No
     else:
         engine = PrimEngine(prob)
     if prob.graph.mode == "cf" and not isinstance(engine, FusedEngine):  # only fused kernels read it in place
-        return execute(*as_rows(prob, tensors), use_autogen, None, fallback)
+        return execute(*as_rows(prob, tensors), use_autogen, None, fallback, dtype=dtype)
     try:
-        out = _run_engine(engine, prob, tensors)
+        out = _run_engine(engine, prob, tensors, dtype)
         if keep is not None and engine.fused and engine.path != "fallback":
             keep.engine, keep.policy = engine, _policy.get_policy()
         return out
@@ -1430,6 +1459,6 @@ def execute(prob, tensors, use_autogen, handwritten=None, fallback=True, keep=No
     if prob.graph.mode == "cf":
         prob, tensors = as_rows(prob, tensors)
     try:
-        return _run_engine(PrimEngine(prob, force_fallback=True), prob, tensors)
+        return _run_engine(PrimEngine(prob, force_fallback=True), prob, tensors, dtype)
     except ScheduleError as exc:
         return run_torch(prob, tensors, f"not fusable: {exc}")

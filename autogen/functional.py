@@ -240,17 +240,18 @@ class _Plan:
     """A signature's replay: the checks (each on a tensor recipe), the execute() on the tensors of `recipes`,
     the finish. A recipe is a call tensor's index, or (fn, recipe, extra): fn(that tensor, *extra), the
     expand or dtype conversion the first call made."""
-    __slots__ = ("checks", "prob", "recipes", "use_autogen", "handwritten", "finish", "engine", "policy")
+    __slots__ = ("checks", "prob", "recipes", "use_autogen", "handwritten", "finish", "dtype", "engine", "policy")
 
-    def __init__(self, checks, prob, recipes, use_autogen, handwritten, finish):
+    def __init__(self, checks, prob, recipes, use_autogen, handwritten, finish, dtype):
         self.checks, self.prob, self.recipes = checks, prob, recipes
-        self.use_autogen, self.handwritten, self.finish = use_autogen, handwritten, finish
+        self.use_autogen, self.handwritten, self.finish, self.dtype = use_autogen, handwritten, finish, dtype
         self.engine = self.policy = None  # the engine execute() ran for the last call (executor.rerun)
 
     def run(self, tensors):
         for fn, at, extra in self.checks:
             fn(_made(at, tensors), *extra)
-        out = rerun(self, self.prob, [_made(r, tensors) for r in self.recipes], self.use_autogen, self.handwritten)
+        out = rerun(self, self.prob, [_made(r, tensors) for r in self.recipes], self.use_autogen, self.handwritten,
+                    dtype=self.dtype)
         finish = self.finish
         return out if finish is None else _finish(out, *finish)
 
@@ -266,7 +267,7 @@ def _plan_of(cap, tensors, result):
     """The _Plan a captured call makes, or None where it cannot be replayed from its tensors alone."""
     if not cap.ok or len(cap.execs) != 1:
         return None
-    prob, handed, use_autogen, handwritten, out = cap.execs[0]
+    prob, handed, use_autogen, handwritten, out, dtype = cap.execs[0]
     where = {id(t): i for i, t in enumerate(tensors)}
 
     def recipe(t):
@@ -290,7 +291,7 @@ def _plan_of(cap, tensors, result):
         finish = None if finished is out else args  # a mean or sum already in the call's dtype: nothing to do
     elif result is not out:
         return None
-    return _Plan(checks, prob, recipes, use_autogen, handwritten, finish)
+    return _Plan(checks, prob, recipes, use_autogen, handwritten, finish, dtype)
 
 
 def _small_to_torch(fn):
@@ -406,15 +407,15 @@ def _scale(count):
     return 1.0 / count if count else float("nan")
 
 
-def _execute(prob, tensors, use_autogen, handwritten, shape):
+def _execute(prob, tensors, use_autogen, handwritten, shape, dtype):
     """execute(), or inside an @autogen_loss trace the loss as one op of the caller's graph (`shape`: the
     output's shape for reduction='none')."""
     if _state.tracing and inline.active():
         return inline.emit(prob, tensors, shape)
-    out = execute(prob, tensors, use_autogen, handwritten)
+    out = execute(prob, tensors, use_autogen, handwritten, dtype=dtype)
     cap = _captured()
     if cap is not None:
-        cap.execs.append((prob, tensors, use_autogen, handwritten, out))
+        cap.execs.append((prob, tensors, use_autogen, handwritten, out, dtype))
     return out
 
 
@@ -456,7 +457,7 @@ def _pointwise(name, input, target, reduction, weight, use_autogen, **params):
         hit = _SIGNATURES.get(key)
         if hit is not None:
             dtype, cdt, prob, hw = hit
-            out = _execute(prob, [_canon(input, cdt), _canon(target, cdt)], use_autogen, hw, input.shape)
+            out = _execute(prob, [_canon(input, cdt), _canon(target, cdt)], use_autogen, hw, input.shape, dtype)
             return _finish(out, reduction, input.shape, dtype)
     _floating(name, input, target, weight)
     xb, tb = (input, target) if input.shape == target.shape else torch.broadcast_tensors(input, target)
@@ -475,7 +476,7 @@ def _pointwise(name, input, target, reduction, weight, use_autogen, **params):
     hw = handwritten_for("FUSED", name, prob)
     if key is not None and len(_SIGNATURES) < _SIGNATURES_MAX:
         _SIGNATURES[key] = (dtype, cdt, prob, hw)
-    out = _execute(prob, tensors, use_autogen, hw, xb.shape)
+    out = _execute(prob, tensors, use_autogen, hw, xb.shape, dtype)
     return _finish(out, reduction, xb.shape, dtype)
 
 
@@ -578,7 +579,8 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     n = input.numel()
     graph = D.binary_cross_entropy(reduction, weight is not None)
     prob = Problem(graph, n, 0, 0, cdt, {"scale": _scale(n) if reduction == "mean" else 1.0})
-    out = _execute(prob, tensors, use_autogen, handwritten_for("FUSED", "binary_cross_entropy", prob), input.shape)
+    out = _execute(prob, tensors, use_autogen, handwritten_for("FUSED", "binary_cross_entropy", prob), input.shape,
+                   dtype)
     return _finish(out, reduction, input.shape, dtype)
 
 
@@ -605,7 +607,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     n = input.numel()
     graph = D.binary_cross_entropy_with_logits(reduction, weight is not None, pos_weight is not None)
     prob = Problem(graph, n, 0, 0, cdt, {"scale": _scale(n) if reduction == "mean" else 1.0})
-    out = _execute(prob, tensors, use_autogen, handwritten_for("FUSED", op, prob), shape)
+    out = _execute(prob, tensors, use_autogen, handwritten_for("FUSED", op, prob), shape, dtype)
     return _finish(out, reduction, shape, dtype)
 
 
@@ -759,7 +761,7 @@ def _class_loss(op, input, target, weight, ignore_index, reduction, label_smooth
     if cf:
         graph, params["__inner"] = _channel_first(graph), inner
     prob = Problem(graph, R * C, C, R, cdt, params)
-    out = _execute(prob, tensors, use_autogen, handwritten_for("FUSED", op, prob), out_shape)
+    out = _execute(prob, tensors, use_autogen, handwritten_for("FUSED", op, prob), out_shape, dtype)
     return _finish(out, reduction, out_shape, dtype)
 
 
@@ -789,7 +791,7 @@ def _run(graph, tensors, sizes, cdt, params, use_autogen, reduction, out_shape, 
     """Launch a decomposition on canonical tensors; sizes = (n, C, R) as Problem takes them."""
     n, C, R = sizes
     prob = Problem(graph, n, C, R, cdt, params)
-    out = _execute(prob, tensors, use_autogen, handwritten_for("FUSED", graph.name, prob), out_shape)
+    out = _execute(prob, tensors, use_autogen, handwritten_for("FUSED", graph.name, prob), out_shape, dtype)
     return _finish(out, reduction, out_shape, dtype)
 
 

@@ -1376,7 +1376,7 @@ def _run(traced, tensors):
     prob = traced.__dict__.get("prob")
     if prob is None:  # one problem per trace (its dims and params are the trace's): launches bind to it once
         prob = traced.prob = Problem(traced.graph, n, C, R, cdt, dict(traced.params))
-    out = rerun(traced, prob, args, True, fallback=False)  # a failure runs the module eagerly (autogen_loss)
+    out = rerun(traced, prob, args, True, fallback=False, dtype=traced.out_dtype)  # a failure: eagerly (autogen_loss)
     if out.shape != traced.out_shape:
         out = out.reshape(traced.out_shape)
     return out if out.dtype is traced.out_dtype else out.to(traced.out_dtype)

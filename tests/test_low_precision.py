@@ -97,6 +97,8 @@ def test_autocast_inside_autogen_loss(dtype):
                 out = ours(x, t, y)
         assert out.dtype == want.dtype == (torch.float32 if autocast else dtype)
         assert [(c.op, c.path, c.fused) for c in rec.calls] == [("_CEPlusMSE", "autogen", True)]
+        if not autocast:  # the float32 sum rounded inside our node (under autocast the inputs' casts come first)
+            assert not any(n.startswith("ToCopy") for n in _nodes(out)), _nodes(out)
         (g,), (w,) = torch.autograd.grad(out, [x]), torch.autograd.grad(want, [x])
         assert g.dtype == w.dtype == dtype
         torch.testing.assert_close(out, want, rtol=1e-5 if autocast else 2e-2, atol=1e-5 if autocast else 2e-2)
@@ -291,3 +293,43 @@ def test_handwritten_in_16_bits(name, opts, low, reduction, dtype):
     _check_low(lambda *a, **kw: getattr(AF, name)(*a, reduction=reduction, use_autogen=True, **kw),
                lambda *a, **kw: getattr(TF, name)(*a, reduction=reduction, **kw), args, kwargs, dtype,
                policy="medium", paths=("handwritten",))
+
+
+def _nodes(out):
+    """The names of the autograd nodes between `out` and the leaves."""
+    names, todo = [], [out.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is not None and type(node).__name__ != "AccumulateGrad":
+            names.append(type(node).__name__)
+            todo += [f for f, _ in node.next_functions]
+    return names
+
+
+@pytest.mark.parametrize("policy", ["aggressive", "medium"])
+@pytest.mark.parametrize("case,dtype,reduction", list(_loss_cases()),
+                         ids=[f"{c.id}-{str(d)[6:]}-{r}" for c, d, r in _loss_cases()])
+def test_16_bit_result_in_one_node(case, dtype, reduction, policy):
+    """A 16-bit loss's float32 result is converted inside our autograd node, on the first call and on the plan's
+    replay: no ToCopy node after it (a forward and a backward step more per call); torch's dtype and values."""
+    args, kwargs = case.build(torch.float32)
+    args = _low(args, dtype)
+    kwargs = {k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in kwargs.items()}
+    if not any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+        pytest.skip("no gradient")
+    try:
+        ref = getattr(TF, case.name)(*_copies(args), reduction=reduction, **kwargs)
+    except (RuntimeError, NotImplementedError):
+        pytest.skip("torch raises")
+    outs = []
+    with autogen.policy(policy), autogen.record() as rec:
+        for _ in range(2):  # the first call, then its plan's replay
+            outs.append(getattr(AF, case.name)(*_copies(args), reduction=reduction, use_autogen=True, **kwargs))
+    fused = [c for c in rec.calls if c.fused]
+    if not fused:
+        pytest.skip("torch's own loss under this policy")
+    for out in outs:
+        assert out.dtype == ref.dtype
+        nodes = _nodes(out)
+        assert "_LossFunctionBackward" in nodes and not any(n.startswith("ToCopy") for n in nodes), nodes
+    torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=0, equal_nan=True)
