@@ -327,7 +327,8 @@ def run(name, input, inplace=False, variant=None, **options):
         if keep is None:
             keep = kept[way] = _Kept()
         out = rerun(keep, prob, [x], True, hw)
-    out = out.view(input.shape)
+    if out.shape != input.shape:
+        out = out.view(input.shape)
     if out.dtype is not input.dtype:
         out = out.to(input.dtype)
     if inplace:

@@ -847,9 +847,11 @@ class FusedEngine:
             launch = launch_of(plan.forward, prob.dtype)
             shapes = [None] + [tensors[i].shape for i in plan.wrt] if plan.in_forward else ()
             slots = _slots(plan, prob.graph, launch)
+            g = prob.graph  # an elementwise result shaped as the first input (a view of it: a node more per call)
+            shaped = g.mode == "flat" and g.level == ELEM and g.inputs[0].level == ELEM
             hit = prob._fused = (needs, store, plan, launch, None if slots == tuple(range(len(tensors))) else slots,
-                                 shapes)  # None: the kernel takes the inputs in their order
-        plan, launch, slots, shapes = hit[2:]
+                                 shapes, shaped)  # None: the kernel takes the inputs in their order
+        plan, launch, slots, shapes, shaped = hit[2:]
         self.plan = plan
         # only a backward kernel of its own reads the inputs; one from the output reads that (as torch's, saved)
         self.reads_inputs = plan.backward is not None and not plan.from_output
@@ -863,7 +865,7 @@ class FusedEngine:
                 for g in grads:
                     g.mul_(outs[-1])
             return outs[0], _place(plan.wrt, grads, len(tensors))
-        outs = launch.run(prob, ins, prob.params)
+        outs = launch.run(prob, ins, prob.params, (tensors[0].shape,) if shaped else ())
         _policy.note(prob.graph.name, self.path, True, "forward", self.reason)
         if plan.derivative:
             return outs[0], (outs[1:], [tensors[i].shape for i in plan.wrt])

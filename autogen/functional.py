@@ -420,7 +420,7 @@ def _execute(prob, tensors, use_autogen, handwritten, shape, dtype):
 
 
 def _finish(out, reduction, shape, dtype):
-    done = out if reduction != "none" else out.view(shape)
+    done = out if reduction != "none" or out.shape == shape else out.view(shape)
     done = done if done.dtype == dtype else done.to(dtype)
     cap = _captured()
     if cap is not None:

@@ -286,3 +286,40 @@ def test_a_planned_call_runs_the_kernel_the_policy_picks(name, monkeypatch):
         assert len(chose) == (1, 2, 3, 3, 4)[k]
     plan = next(iter(AF._PLANS.values()))
     assert plan and plan.policy == "medium" and plan.engine.path == "handwritten"
+
+
+def _nodes(out):
+    names, todo = [], [out.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is not None and type(node).__name__ != "AccumulateGrad":
+            names.append(type(node).__name__)
+            todo += [f for f, _ in node.next_functions]
+    return names
+
+
+ELEMENTWISE_LOSSES = ["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
+                      "binary_cross_entropy_with_logits", "poisson_nll_loss", "kl_div"]
+
+
+@pytest.mark.parametrize("policy", ["aggressive", "medium"])
+@pytest.mark.parametrize("name", [n for n in AF.NONLINEARITIES if n not in ("prelu", "glu")] + ELEMENTWISE_LOSSES)
+def test_an_elementwise_result_is_written_in_its_shape(name, policy, monkeypatch):
+    """A nonlinearity's or a reduction='none' loss's result comes out of the kernel in the input's shape: no view
+    node after ours (a forward and a backward step more per call); torch's values and gradients."""
+    from autogen import activations
+    monkeypatch.setattr(activations, "FASTER_FROM", None)  # every size to our kernel
+    x = torch.rand(3, 5, 4, dtype=torch.float64) * 0.8 + 0.1
+    if name in ELEMENTWISE_LOSSES:
+        t = torch.rand(3, 5, 4, dtype=torch.float64) * 0.8 + 0.1
+        fn = lambda a, b: getattr(AF, name)(a, b, reduction="none", use_autogen=True)  # noqa: E731
+        ref = lambda a, b: getattr(TF, name)(a, b, reduction="none")  # noqa: E731
+        args = [x.requires_grad_(), t]
+    else:
+        kw = {"threshold": 0.5, "value": -3.0} if name == "threshold" else {}
+        fn = lambda a: getattr(AF, name)(a, **kw)  # noqa: E731
+        ref = lambda a: getattr(TF, name)(a, **kw)  # noqa: E731
+        args = [(x * 6 - 3).requires_grad_()]
+    got = compare(fn, ref, args, policy=policy, paths={"autogen", "handwritten"}, fused=True)
+    assert got.out.shape == args[0].shape
+    assert "ViewBackward0" not in _nodes(got.out), _nodes(got.out)

@@ -321,15 +321,19 @@ def test_16_bit_result_in_one_node(case, dtype, reduction, policy):
         ref = getattr(TF, case.name)(*_copies(args), reduction=reduction, **kwargs)
     except (RuntimeError, NotImplementedError):
         pytest.skip("torch raises")
-    outs = []
+    outs, grads = [], []
+    gout = (torch.rand(ref.shape) + 0.5).to(ref.dtype)  # not 1: the backward's scaling runs
     with autogen.policy(policy), autogen.record() as rec:
-        for _ in range(2):  # the first call, then its plan's replay
-            outs.append(getattr(AF, case.name)(*_copies(args), reduction=reduction, use_autogen=True, **kwargs))
-    fused = [c for c in rec.calls if c.fused]
-    if not fused:
+        for _ in range(2):  # the first call (checked against torch by test_loss_in_16_bits), then its plan's replay
+            ins = _copies(args)
+            outs.append(getattr(AF, case.name)(*ins, reduction=reduction, use_autogen=True, **kwargs))
+            grads.append(torch.autograd.grad(outs[-1], [a for a in ins if isinstance(a, torch.Tensor)
+                                                        and a.requires_grad], gout))
+    if not [c for c in rec.calls if c.fused]:
         pytest.skip("torch's own loss under this policy")
     for out in outs:
         assert out.dtype == ref.dtype
         nodes = _nodes(out)
         assert "_LossFunctionBackward" in nodes and not any(n.startswith("ToCopy") for n in nodes), nodes
     torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(grads[1], grads[0], rtol=0, atol=0, equal_nan=True)
