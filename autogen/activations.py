@@ -327,13 +327,18 @@ def run(name, input, inplace=False, variant=None, **options):
         if keep is None:
             keep = kept[way] = _Kept()
         out = rerun(keep, prob, [x], True, hw)
-    if out.shape != input.shape:
-        out = out.view(input.shape)
+    out = _shaped(out, input.shape)
     if out.dtype is not input.dtype:
         out = out.to(input.dtype)
     if inplace:
         return input.copy_(out)
     return out
+
+
+def _shaped(out, shape):
+    """`out` viewed as `shape`, itself where it has that shape (a kernel writes an elementwise result in its
+    input's): a view is a node more per call under autograd."""
+    return out if out.shape == shape else out.view(shape)
 
 
 class _Kept:
@@ -411,8 +416,9 @@ def prelu(input, weight):
     if weight.numel() == 1:
         x = _stored(input, cdt).contiguous()
         prob = Problem(graph("prelu", "scalar"), x.numel(), 0, 0, cdt, {})
-        w = _stored(weight, cdt).reshape(1)
-        return execute(prob, [x, w], True).view(input.shape).to(input.dtype)
+        w = _stored(weight, cdt)
+        w = w if w.shape == (1,) else w.reshape(1)  # a reshape to its own shape is a node more
+        return _shaped(execute(prob, [x, w], True), input.shape).to(input.dtype)
     if input.dim() == 0:
         raise RuntimeError("Not allow zero-dim input tensor.")
     C = input.size(1) if input.dim() >= 2 else 1  # torch: a 1-D input has one channel
@@ -425,12 +431,12 @@ def prelu(input, weight):
         S = x[0, 0].numel() if input.dim() >= 3 else 0
         if S >= 64:  # (N, C, *spatial): a row per (n, c), its weight repeated N times (N*C values beside N*C*S)
             prob = Problem(graph("prelu", "channels"), x.numel(), S, x.numel() // S, cdt, {})
-            return execute(prob, [x, w.repeat(input.size(0))], True).view(input.shape).to(input.dtype)
+            return _shaped(execute(prob, [x, w.repeat(input.size(0))], True), input.shape).to(input.dtype)
         if input.dim() == 2 and not (torch.is_grad_enabled() and weight.requires_grad):
             # (N, C): the weight per column. Its gradient would need a column reduction, so a
             # weight that wants one takes the transposed layout below.
             prob = Problem(graph("prelu", "columns"), x.numel(), C, x.numel() // C, cdt, {})
-            return execute(prob, [x, w], True).view(input.shape).to(input.dtype)
+            return _shaped(execute(prob, [x, w], True), input.shape).to(input.dtype)
     rows = input.movedim(1, 0)  # channels as rows: a transposed copy
     shape = rows.shape
     x = _stored(rows, cdt).contiguous()
@@ -462,7 +468,7 @@ def glu(input, dim=-1):
     a, b = input.chunk(2, dim)
     a, b = (_stored(t, cdt).contiguous() for t in (a, b))
     prob = Problem(graph("glu"), a.numel(), 0, 0, cdt, {})
-    return execute(prob, [a, b], True).view(a.shape).to(input.dtype)
+    return _shaped(execute(prob, [a, b], True), a.shape).to(input.dtype)
 
 
 @functools.lru_cache(maxsize=None)

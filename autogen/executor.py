@@ -848,7 +848,7 @@ class FusedEngine:
             shapes = [None] + [tensors[i].shape for i in plan.wrt] if plan.in_forward else ()
             slots = _slots(plan, prob.graph, launch)
             g = prob.graph  # an elementwise result shaped as the first input (a view of it: a node more per call)
-            shaped = g.mode == "flat" and g.level == ELEM and g.inputs[0].level == ELEM
+            shaped = g.mode != "cf" and g.level == ELEM and g.inputs[0].level == ELEM
             hit = prob._fused = (needs, store, plan, launch, None if slots == tuple(range(len(tensors))) else slots,
                                  shapes, shaped)  # None: the kernel takes the inputs in their order
         plan, launch, slots, shapes, shaped = hit[2:]

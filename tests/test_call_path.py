@@ -323,3 +323,16 @@ def test_an_elementwise_result_is_written_in_its_shape(name, policy, monkeypatch
     got = compare(fn, ref, args, policy=policy, paths={"autogen", "handwritten"}, fused=True)
     assert got.out.shape == args[0].shape
     assert "ViewBackward0" not in _nodes(got.out), _nodes(got.out)
+
+
+@pytest.mark.parametrize("policy", ["aggressive", "medium"])
+@pytest.mark.parametrize("shape,channels", [((2, 3, 8, 8), 3), ((2, 3, 8, 8), 1), ((40,), 1)])
+def test_prelu_result_needs_no_view(shape, channels, policy, monkeypatch):
+    """prelu's per-channel rows (64 or more elements a channel) and its one weight: neither the result nor the
+    weight goes through a view node; torch's values and gradients."""
+    from autogen import activations
+    monkeypatch.setattr(activations, "FASTER_FROM", None)
+    x = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+    w = (torch.rand(channels, dtype=torch.float64) * 0.5).requires_grad_()
+    got = compare(AF.prelu, TF.prelu, [x, w], policy=policy, paths={"autogen"}, fused=True)
+    assert "ViewBackward0" not in _nodes(got.out), _nodes(got.out)
