@@ -156,15 +156,16 @@ NONLINEARITIES = _table(
 # (elements with a gradient, without), None where it was slower at some setting of every size measured.
 # Measured on float32 by `autogen bench --crossovers` (it prints this table), float64 following;
 # FASTER_FROM_BF16 and FASTER_FROM_F16 for 16-bit inputs (16-bit storage halves our kernels' bytes, while
-# torch's kernels differ per dtype), by `autogen bench --crossovers --dtype bfloat16` (float16; bfloat16: the
-# larger size of two runs where they differ). FASTER_FROM = None sends every size, in every dtype, to our kernel.
+# torch's kernels differ per dtype), by `autogen bench --crossovers --dtype bfloat16` (float16; float32 and
+# bfloat16: the larger size of two runs where they differ). FASTER_FROM = None sends every size, in every
+# dtype, to our kernel.
 FASTER_FROM = {
-    "relu": (None, None), "relu6": (None, None), "leaky_relu": (None, None), "elu": (1 << 20, 1 << 18),
-    "selu": (1 << 20, 1 << 18), "celu": (1 << 18, 1 << 18), "gelu": (None, None), "silu": (None, None),
-    "mish": (1 << 16, 1 << 16), "sigmoid": (None, None), "tanh": (1 << 18, 1 << 16), "softplus": (1 << 20, 1 << 18),
-    "softsign": (1 << 18, 1 << 18), "logsigmoid": (1 << 22, 1 << 18), "hardtanh": (None, None),
+    "relu": (None, None), "relu6": (None, None), "leaky_relu": (None, None), "elu": (1 << 18, 1 << 16),
+    "selu": (1 << 18, 1 << 16), "celu": (1 << 18, 1 << 16), "gelu": (None, None), "silu": (None, None),
+    "mish": (1 << 16, 1 << 16), "sigmoid": (None, None), "tanh": (1 << 16, 1 << 16), "softplus": (None, 1 << 18),
+    "softsign": (1 << 16, 1 << 16), "logsigmoid": (1 << 20, 1 << 16), "hardtanh": (None, None),
     "hardsigmoid": (None, None), "hardswish": (None, None), "hardshrink": (None, None), "softshrink": (None, None),
-    "tanhshrink": (1 << 18, 1 << 16), "threshold": (None, None), "prelu": (None, None), "glu": (1 << 20, None),
+    "tanhshrink": (1 << 16, 1 << 16), "threshold": (None, None), "prelu": (None, None), "glu": (1 << 22, None),
 }
 FASTER_FROM_BF16 = {
     "relu": (None, None), "relu6": (None, 1 << 22), "leaky_relu": (None, None), "elu": (1 << 20, 1 << 18),

@@ -415,8 +415,9 @@ def _z_term(h, W, t, b, o):
 
 def _finish(out, target, reduction, z):
     if reduction == "none":
-        out = out.view(target.shape)
-        z = None if z is None else z.view(target.shape)
+        out = out if out.shape == target.shape else out.view(target.shape)  # a view: a node more per call
+        if z is not None and z.shape != target.shape:
+            z = z.view(target.shape)
     return out if z is None else (out, z)
 
 
