@@ -168,22 +168,22 @@ FASTER_FROM = {
     "tanhshrink": (1 << 16, 1 << 16), "threshold": (None, None), "prelu": (None, None), "glu": (1 << 22, None),
 }
 FASTER_FROM_BF16 = {
-    "relu": (None, None), "relu6": (None, 1 << 22), "leaky_relu": (None, None), "elu": (1 << 20, 1 << 18),
-    "selu": (1 << 20, 1 << 18), "celu": (1 << 20, 1 << 18), "gelu": (None, None), "silu": (None, None),
-    "mish": (1 << 16, 1 << 16), "sigmoid": (None, None), "tanh": (1 << 20, 1 << 18), "softplus": (1 << 22, None),
-    "softsign": (1 << 18, 1 << 20), "logsigmoid": (None, 1 << 22), "hardtanh": (None, None),
-    "hardsigmoid": (None, None), "hardswish": (None, None), "hardshrink": (None, None),
-    "softshrink": (1 << 22, 1 << 20), "tanhshrink": (1 << 18, 1 << 16), "threshold": (None, None),
-    "prelu": (1 << 18, None), "glu": (None, None),
+    "relu": (None, 1 << 22), "relu6": (1 << 22, 1 << 20), "leaky_relu": (None, None), "elu": (1 << 18, 1 << 16),
+    "selu": (1 << 18, 1 << 16), "celu": (1 << 18, 1 << 16), "gelu": (None, None), "silu": (None, None),
+    "mish": (1 << 16, 1 << 16), "sigmoid": (None, None), "tanh": (1 << 18, 1 << 16), "softplus": (1 << 20, 1 << 20),
+    "softsign": (1 << 16, 1 << 18), "logsigmoid": (None, 1 << 18), "hardtanh": (1 << 22, 1 << 22),
+    "hardsigmoid": (1 << 22, 1 << 20), "hardswish": (None, 1 << 20), "hardshrink": (None, None),
+    "softshrink": (1 << 20, 1 << 20), "tanhshrink": (1 << 18, 1 << 16), "threshold": (1 << 22, 1 << 22),
+    "prelu": (1 << 18, 1 << 22), "glu": (1 << 22, None),
 }
 FASTER_FROM_F16 = {
-    "relu": (None, None), "relu6": (None, None), "leaky_relu": (None, None), "elu": (1 << 18, 1 << 18),
-    "selu": (1 << 18, 1 << 18), "celu": (1 << 20, 1 << 18), "gelu": (None, None), "silu": (None, None),
-    "mish": (1 << 16, 1 << 16), "sigmoid": (None, None), "tanh": (1 << 20, 1 << 18),
-    "softplus": (1 << 22, 1 << 20), "softsign": (1 << 18, 1 << 20), "logsigmoid": (1 << 22, 1 << 18),
-    "hardtanh": (None, 1 << 22), "hardsigmoid": (None, 1 << 20), "hardswish": (None, 1 << 22),
-    "hardshrink": (None, 1 << 22), "softshrink": (None, 1 << 20), "tanhshrink": (1 << 18, 1 << 16),
-    "threshold": (None, 1 << 22), "prelu": (1 << 18, None), "glu": (None, None),
+    "relu": (None, 1 << 20), "relu6": (1 << 22, 1 << 20), "leaky_relu": (1 << 22, 1 << 22), "elu": (1 << 18, 1 << 16),
+    "selu": (1 << 18, 1 << 16), "celu": (1 << 18, 1 << 16), "gelu": (None, None), "silu": (None, 1 << 22),
+    "mish": (1 << 16, 1 << 16), "sigmoid": (None, None), "tanh": (1 << 18, 1 << 16),
+    "softplus": (1 << 20, 1 << 18), "softsign": (1 << 16, 1 << 18), "logsigmoid": (1 << 20, 1 << 18),
+    "hardtanh": (None, 1 << 22), "hardsigmoid": (None, 1 << 20), "hardswish": (1 << 22, 1 << 20),
+    "hardshrink": (1 << 20, 1 << 20), "softshrink": (1 << 20, 1 << 20), "tanhshrink": (1 << 18, 1 << 16),
+    "threshold": (None, 1 << 20), "prelu": (1 << 18, 1 << 22), "glu": (None, None),
 }
 
 
