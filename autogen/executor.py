@@ -164,13 +164,21 @@ def _out_array(nbytes, npdt, shape):
     return _pool_array(nbytes, npdt, shape)
 
 
-def pooled(size, dtype):
-    """An uninitialized 1-D tensor of `size` elements, its memory from the pool."""
+def pooled(size, dtype, shape=None):
+    """An uninitialized tensor of `size` elements (1-D, or `shape`d), its memory from the pool when large."""
     nbytes = size * dtype.itemsize
     if nbytes < _POOL_MIN or dtype not in _NP:
-        return torch.empty(size, dtype=dtype)
-    out = torch.from_numpy(_pool_array(nbytes, _NP[dtype]))
-    return out.view(dtype) if dtype in _LOW16 else out
+        return torch.empty(size if shape is None else shape, dtype=dtype)
+    return _tensor_of(_pool_array(nbytes, _NP[dtype], shape), dtype)
+
+
+def _tensor_of(a, dtype):
+    """A tensor over the pool's numpy array `a` (holding it: see _pool_array) in `dtype` (16-bit: `a` holds
+    its bits), not a view: an autograd Function's output that is a view cannot be changed in place."""
+    t = torch.from_numpy(a)
+    if dtype in _LOW16:
+        t = torch.empty(0, dtype=dtype).set_(t.untyped_storage(), 0, a.shape)
+    return t
 
 
 def _low16_out(size, dtype, shape=None):
@@ -181,8 +189,8 @@ def _low16_out(size, dtype, shape=None):
         out = torch.empty(shape, dtype=dtype)
         a = out.view(torch.uint16).numpy()
         return out, a if a.ndim == 1 else a.ravel()
-    a = _pool_array(size * 2, np.uint16, shape)  # torch holds this array itself: see _pool_array
-    return torch.from_numpy(a).view(dtype), a if a.ndim == 1 else a.ravel()
+    a = _pool_array(size * 2, np.uint16, shape)
+    return _tensor_of(a, dtype), a if a.ndim == 1 else a.ravel()
 
 
 def pooled_like(t):
@@ -376,8 +384,8 @@ class _Launch:
                 outs.append(o)
                 args.append(a)
             else:
-                o = pooled(size, dt) if size is not None else torch.empty((), dtype=dt)
-                outs.append(o if shape is None else o.view(shape))
+                o = pooled(size, dt, shape) if size is not None else torch.empty((), dtype=dt)
+                outs.append(o)
                 args.append(_flat_np(o))
         args.append(_parts(nparts, r) if nparts else _no_parts(r))
         fn = self.fn

@@ -259,7 +259,7 @@ class GLU:
     def forward(self, x, dim):
         shape = list(x.shape)
         shape[dim] //= 2
-        out = pooled(x.numel() // 2, x.dtype).view(shape)
+        out = pooled(x.numel() // 2, x.dtype, shape)  # not a view: the caller may change it in place
         units, L, nch = self._units(x, dim)
         split_run(_glu_kernels(self.F, *_io(x.dtype))[0], units, (_flat_np(x), _flat_np(out), L, nch),
                   work=x.numel())

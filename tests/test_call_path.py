@@ -336,3 +336,49 @@ def test_prelu_result_needs_no_view(shape, channels, policy, monkeypatch):
     w = (torch.rand(channels, dtype=torch.float64) * 0.5).requires_grad_()
     got = compare(AF.prelu, TF.prelu, [x, w], policy=policy, paths={"autogen"}, fused=True)
     assert "ViewBackward0" not in _nodes(got.out), _nodes(got.out)
+
+
+BIG = 1 << 19  # elements: an output of a megabyte or more comes from the pool
+
+
+def _in_place_then_backward(fn, args, in_place=True):
+    """fn(*args) doubled (in place), then its gradient: (value, grads), or the type torch's autograd raised."""
+    out = fn(*args)
+    out = out.mul_(2) if in_place else out * 2
+    diff = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    try:
+        return out.detach(), torch.autograd.grad(out, diff, torch.ones_like(out))
+    except RuntimeError as exc:
+        return type(exc)
+
+
+@pytest.mark.parametrize("policy,dtype", [("aggressive", torch.float32), ("medium", torch.float32),
+                                          ("medium", torch.bfloat16)], ids=str)
+@pytest.mark.parametrize("name", list(AF.NONLINEARITIES) + ["mse_loss", "binary_cross_entropy_with_logits"])
+def test_a_large_result_can_be_changed_in_place_as_torchs(name, policy, dtype, monkeypatch):
+    """A result from the pool is a tensor of its own, not a view: changed in place, it gives the gradient it gives
+    changed out of place, or torch's error where torch's backward reads it (a 16-bit result: ours may read the
+    input instead, for accuracy, and then give the gradient)."""
+    from autogen import activations
+    monkeypatch.setattr(activations, "FASTER_FROM", None)
+    torch.manual_seed(0)
+    x = (torch.randn(BIG // 64, 64) * 3).to(dtype)
+    if name in ("mse_loss", "binary_cross_entropy_with_logits"):
+        t = torch.rand(BIG // 64, 64).to(dtype)
+        ours = lambda a: getattr(AF, name)(a, t, reduction="none", use_autogen=True)  # noqa: E731
+        ref = lambda a: getattr(TF, name)(a, t, reduction="none")  # noqa: E731
+        args = [x]
+    else:
+        kw = {"threshold": 0.5, "value": -3.0} if name == "threshold" else {}
+        ours = lambda *a: getattr(AF, name)(*a, **kw)  # noqa: E731
+        ref = lambda *a: getattr(TF, name)(*a, **kw)  # noqa: E731
+        args = [x] + ([torch.rand(64).to(dtype)] if name == "prelu" else [])
+    want = _in_place_then_backward(ref, [a.clone().requires_grad_() for a in args])
+    with autogen.policy(policy), autogen.record() as rec:
+        got = _in_place_then_backward(ours, [a.clone().requires_grad_() for a in args])
+        plain = _in_place_then_backward(ours, [a.clone().requires_grad_() for a in args], in_place=False)
+    assert rec.calls and all(c.path != "fallback" for c in rec.calls), rec.calls
+    if isinstance(want, type) and (got is want or dtype is torch.float32):
+        assert got is want
+        return
+    torch.testing.assert_close(got, plain, rtol=0, atol=0)
