@@ -1248,7 +1248,11 @@ class _LossFunction(torch.autograd.Function):
                 ctx.save_for_backward(out)
             else:
                 ctx.save_for_backward(*tensors)
-            ctx.reads = result or keep is None and _reads(saved, tensors)
+            if result or keep is not None:
+                ctx.reads = result
+            else:  # a fused engine knows, per plan, whether its backward reads the inputs
+                reads = engine.__dict__.get("reads_inputs")
+                ctx.reads = _reads(saved, tensors) if reads is None else reads
             ctx.shapes = [t.shape for t in tensors]
         ctx.saved = saved
         ctx.cast = None
