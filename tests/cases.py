@@ -330,3 +330,14 @@ def compare(ours, theirs, args, diff=None, *, policy="aggressive", paths=None, f
     if fused is not None:
         assert all(c.fused == fused for c in rec.calls), rec.calls
     return Compared(out, ref, rec.calls)
+
+
+def autograd_nodes(out):
+    """The names of the autograd nodes between `out` and the leaves (AccumulateGrad not named)."""
+    names, todo = [], [out.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is not None and type(node).__name__ != "AccumulateGrad":
+            names.append(type(node).__name__)
+            todo += [f for f, _ in node.next_functions]
+    return names

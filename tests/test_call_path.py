@@ -8,7 +8,7 @@ import torch.nn.functional as TF
 import autogen
 from autogen import corpus, executor
 from autogen import functional as AF
-from cases import CASES, DTYPES, assert_matches, compare, magnitude
+from cases import CASES, DTYPES, assert_matches, autograd_nodes, compare, magnitude
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -288,16 +288,6 @@ def test_a_planned_call_runs_the_kernel_the_policy_picks(name, monkeypatch):
     assert plan and plan.policy == "medium" and plan.engine.path == "handwritten"
 
 
-def _nodes(out):
-    names, todo = [], [out.grad_fn]
-    while todo:
-        node = todo.pop()
-        if node is not None and type(node).__name__ != "AccumulateGrad":
-            names.append(type(node).__name__)
-            todo += [f for f, _ in node.next_functions]
-    return names
-
-
 ELEMENTWISE_LOSSES = ["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
                       "binary_cross_entropy_with_logits", "poisson_nll_loss", "kl_div"]
 
@@ -322,7 +312,7 @@ def test_an_elementwise_result_is_written_in_its_shape(name, policy, monkeypatch
         args = [(x * 6 - 3).requires_grad_()]
     got = compare(fn, ref, args, policy=policy, paths={"autogen", "handwritten"}, fused=True)
     assert got.out.shape == args[0].shape
-    assert "ViewBackward0" not in _nodes(got.out), _nodes(got.out)
+    assert "ViewBackward0" not in autograd_nodes(got.out), autograd_nodes(got.out)
 
 
 @pytest.mark.parametrize("policy", ["aggressive", "medium"])
@@ -335,7 +325,7 @@ def test_prelu_result_needs_no_view(shape, channels, policy, monkeypatch):
     x = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
     w = (torch.rand(channels, dtype=torch.float64) * 0.5).requires_grad_()
     got = compare(AF.prelu, TF.prelu, [x, w], policy=policy, paths={"autogen"}, fused=True)
-    assert "ViewBackward0" not in _nodes(got.out), _nodes(got.out)
+    assert "ViewBackward0" not in autograd_nodes(got.out), autograd_nodes(got.out)
 
 
 BIG = 1 << 19  # elements: an output of a megabyte or more comes from the pool

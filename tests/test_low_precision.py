@@ -9,7 +9,7 @@ from autogen import autogen_loss
 from autogen import activations
 from autogen import functional as AF
 from autogen.kernels.nonlinear import NONLINEAR as NONLINEAR_KERNELS
-from cases import CASES, compare, magnitude, tolerances
+from cases import CASES, autograd_nodes, compare, magnitude, tolerances
 
 LOW = (torch.bfloat16, torch.float16)
 NONLINEAR = {name: ({"threshold": 0.5, "value": -3.0} if name == "threshold" else {}) for name in AF.NONLINEARITIES}
@@ -98,7 +98,7 @@ def test_autocast_inside_autogen_loss(dtype):
         assert out.dtype == want.dtype == (torch.float32 if autocast else dtype)
         assert [(c.op, c.path, c.fused) for c in rec.calls] == [("_CEPlusMSE", "autogen", True)]
         if not autocast:  # the float32 sum rounded inside our node (under autocast the inputs' casts come first)
-            assert not any(n.startswith("ToCopy") for n in _nodes(out)), _nodes(out)
+            assert not any(n.startswith("ToCopy") for n in autograd_nodes(out)), autograd_nodes(out)
         (g,), (w,) = torch.autograd.grad(out, [x]), torch.autograd.grad(want, [x])
         assert g.dtype == w.dtype == dtype
         torch.testing.assert_close(out, want, rtol=1e-5 if autocast else 2e-2, atol=1e-5 if autocast else 2e-2)
@@ -295,17 +295,6 @@ def test_handwritten_in_16_bits(name, opts, low, reduction, dtype):
                policy="medium", paths=("handwritten",))
 
 
-def _nodes(out):
-    """The names of the autograd nodes between `out` and the leaves."""
-    names, todo = [], [out.grad_fn]
-    while todo:
-        node = todo.pop()
-        if node is not None and type(node).__name__ != "AccumulateGrad":
-            names.append(type(node).__name__)
-            todo += [f for f, _ in node.next_functions]
-    return names
-
-
 @pytest.mark.parametrize("policy", ["aggressive", "medium"])
 @pytest.mark.parametrize("case,dtype,reduction", list(_loss_cases()),
                          ids=[f"{c.id}-{str(d)[6:]}-{r}" for c, d, r in _loss_cases()])
@@ -333,7 +322,7 @@ def test_16_bit_result_in_one_node(case, dtype, reduction, policy):
         pytest.skip("torch's own loss under this policy")
     for out in outs:
         assert out.dtype == ref.dtype
-        nodes = _nodes(out)
+        nodes = autograd_nodes(out)
         assert "_LossFunctionBackward" in nodes and not any(n.startswith("ToCopy") for n in nodes), nodes
     torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=0, equal_nan=True)
     torch.testing.assert_close(grads[1], grads[0], rtol=0, atol=0, equal_nan=True)
