@@ -253,7 +253,9 @@ class _Plan:
         out = rerun(self, self.prob, [_made(r, tensors) for r in self.recipes], self.use_autogen, self.handwritten,
                     dtype=self.dtype)
         finish = self.finish
-        return out if finish is None else _finish(out, *finish)
+        if finish is None:  # the first call's result needed no view or conversion; a path taken since may
+            return out if out.dtype is self.dtype else out.to(self.dtype)  # (run_torch's, say) need the latter
+        return _finish(out, *finish)
 
 
 def _made(recipe, tensors):

@@ -372,3 +372,23 @@ def test_a_large_result_can_be_changed_in_place_as_torchs(name, policy, dtype, m
         assert got is want
         return
     torch.testing.assert_close(got, plain, rtol=0, atol=0)
+
+
+def test_a_replayed_16_bit_loss_keeps_torchs_dtype_on_any_path(monkeypatch):
+    """A planned 16-bit call whose first run converted its result inside our node, replayed when the kernel
+    cannot run (torch ops then, in float32): the result is still in torch's dtype."""
+    from autogen.errors import ScheduleError
+    x = torch.randn(6, 7, dtype=torch.bfloat16, requires_grad=True)
+    t = torch.randn(6, 7, dtype=torch.bfloat16)
+    ref = TF.mse_loss(x, t)
+    with autogen.policy("aggressive"):
+        first = AF.mse_loss(x, t, use_autogen=True)
+
+        def unfusable(self, tensors, needs):
+            raise ScheduleError("no schedule")
+        monkeypatch.setattr(executor.FusedEngine, "forward", unfusable)
+        with autogen.record() as rec:
+            again = AF.mse_loss(x, t, use_autogen=True)
+    assert [c.path for c in rec.calls] == ["fallback"], rec.calls
+    assert first.dtype == again.dtype == ref.dtype
+    torch.testing.assert_close(again, ref, rtol=2 ** -7, atol=0)
