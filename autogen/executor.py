@@ -855,8 +855,11 @@ class FusedEngine:
             launch = launch_of(plan.forward, prob.dtype)
             shapes = [None] + [tensors[i].shape for i in plan.wrt] if plan.in_forward else ()
             slots = _slots(plan, prob.graph, launch)
-            g = prob.graph  # an elementwise result shaped as the first input (a view of it: a node more per call)
-            shaped = g.mode != "cf" and g.level == ELEM and g.inputs[0].level == ELEM
+            # a result per element or per row written in the shape of the first input at its level (a view of
+            # it: a node more per call); the two orders agree but for elements in channel-first mode
+            g = prob.graph
+            shaped = next((i for i, x in enumerate(g.inputs) if x.level == g.level), None) \
+                if g.level == ROW or g.level == ELEM and g.mode != "cf" else None
             hit = prob._fused = (needs, store, plan, launch, None if slots == tuple(range(len(tensors))) else slots,
                                  shapes, shaped)  # None: the kernel takes the inputs in their order
         plan, launch, slots, shapes, shaped = hit[2:]
@@ -873,7 +876,7 @@ class FusedEngine:
                 for g in grads:
                     g.mul_(outs[-1])
             return outs[0], _place(plan.wrt, grads, len(tensors))
-        outs = launch.run(prob, ins, prob.params, (tensors[0].shape,) if shaped else ())
+        outs = launch.run(prob, ins, prob.params, () if shaped is None else (tensors[shaped].shape,))
         _policy.note(prob.graph.name, self.path, True, "forward", self.reason)
         if plan.derivative:
             return outs[0], (outs[1:], [tensors[i].shape for i in plan.wrt])

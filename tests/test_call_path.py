@@ -392,3 +392,20 @@ def test_a_replayed_16_bit_loss_keeps_torchs_dtype_on_any_path(monkeypatch):
     assert [c.path for c in rec.calls] == ["fallback"], rec.calls
     assert first.dtype == again.dtype == ref.dtype
     torch.testing.assert_close(again, ref, rtol=2 ** -7, atol=0)
+
+
+@pytest.mark.parametrize("policy", ["aggressive", "medium"])
+@pytest.mark.parametrize("name", ["cross_entropy", "nll_loss"])
+@pytest.mark.parametrize("shape", [(6, 5), (3, 5, 4), (2, 5, 3, 4)], ids=str)
+def test_a_per_row_result_is_written_in_its_shape(shape, name, policy):
+    """A reduction='none' class loss's per-row result (rows; channel-first with extra dims) comes out of the
+    kernel in the target's shape: no view node after ours; torch's values and gradients."""
+    x = torch.randn(*shape, dtype=torch.float64).requires_grad_()
+    t = torch.randint(0, shape[1], (shape[0],) + shape[2:])
+    fn = lambda a, b: getattr(AF, name)(a, b, reduction="none", use_autogen=True)  # noqa: E731
+    ref = lambda a, b: getattr(TF, name)(a, b, reduction="none")  # noqa: E731
+    got = compare(fn, ref, [x, t], policy=policy, paths={"autogen", "handwritten", "fallback"})
+    if any(c.path == "fallback" for c in got.calls):
+        pytest.skip("torch's own loss under this policy")
+    assert got.out.shape == t.shape
+    assert "ViewBackward0" not in autograd_nodes(got.out), autograd_nodes(got.out)
