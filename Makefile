@@ -29,6 +29,7 @@ bench: install
 	$(BIN)/python benchmarks/bench_crossover.py
 	$(BIN)/python benchmarks/bench_crossover.py --fixed
 	$(BIN)/python benchmarks/bench_math.py
+	$(BIN)/python benchmarks/bench_inplace.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

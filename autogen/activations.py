@@ -189,29 +189,45 @@ FASTER_FROM_F16 = {
 }
 
 
+# In place with a gradient our path also copies the input (the kernel keeps it for backward) and copies the
+# result back: two passes more than torch's in-place op. Policy medium then runs our kernel only from the
+# size here (and the size above), torch's op for a name not here. Measured by benchmarks/bench_inplace.py
+# (it prints this table) on float32, for the ops whose torch function takes `inplace` and whose size above
+# is finite; the 16-bit dtypes follow.
+FASTER_FROM_INPLACE = {"mish": 1 << 16}
+
+
+def _larger(a, b):
+    """The larger of two sizes, None (never) the largest."""
+    return None if a is None or b is None else max(a, b)
+
+
 def _faster_from(dtype):
     """The size table for inputs of `dtype`."""
     return FASTER_FROM_BF16 if dtype is torch.bfloat16 else FASTER_FROM_F16 if dtype is torch.float16 else FASTER_FROM
 
 
-def _torch_faster(name, input, *others):
-    """(elements, gradient wanted, limit) where policy medium runs torch's op for this call, else None (ours is
-    faster here, or the policy is aggressive)."""
+def _torch_faster(name, input, *others, inplace=False):
+    """(elements, gradient wanted, limit, in place) where policy medium runs torch's op for this call, else None
+    (ours is faster here, or the policy is aggressive)."""
     if FASTER_FROM is None or _policy.get_policy() == "aggressive":
         return None
     grad = torch.is_grad_enabled() and (input.requires_grad or any(t.requires_grad for t in others))
     limit = _faster_from(input.dtype).get(name, (None, None))[0 if grad else 1]
+    inplace = inplace and grad
+    if inplace:
+        limit = _larger(limit, FASTER_FROM_INPLACE.get(name))
     n = input.numel()
-    return None if limit is not None and n >= limit else (n, grad, limit)
+    return None if limit is not None and n >= limit else (n, grad, limit, inplace)
 
 
 def _torch_op(name, why, fn, *args, **kwargs):
     """torch's op, recorded as the fallback path with the reason `why` gives (forward, and backward when it runs)."""
     out = fn(*args, **kwargs)
     if _policy.recording():
-        n, grad, limit = why
-        reason = (f"{n} elements {'with' if grad else 'without'} a gradient: torch's own kernel measured faster "
-                  + (f"below {limit}" if limit is not None else "at every size"))
+        n, grad, limit, inplace = why
+        reason = (f"{n} elements {'with' if grad else 'without'} a gradient{' in place' if inplace else ''}: torch's "
+                  "own kernel measured faster " + (f"below {limit}" if limit is not None else "at every size"))
         _policy.note(name, "fallback", False, "forward", reason)
         if out.requires_grad:
             out.register_hook(lambda g: _policy.note(name, "fallback", False, "backward", reason))
@@ -271,7 +287,10 @@ def run(name, input, inplace=False, variant=None, **options):
     if _calm[0] and type(input) is _Tensor and FASTER_FROM is not None and not _ops.compiling():
         # the common call (policy medium or disabled, nothing recorded or traced): torch's op where it is
         # faster, in as few steps as we can (at 1K elements torch's whole call is ~2 us)
-        limit = _faster_from(input.dtype).get(name, _NEVER)[0 if input.requires_grad and torch.is_grad_enabled() else 1]
+        grad = input.requires_grad and torch.is_grad_enabled()
+        limit = _faster_from(input.dtype).get(name, _NEVER)[0 if grad else 1]
+        if inplace and grad:
+            limit = _larger(limit, FASTER_FROM_INPLACE.get(name))
         if (limit is None or input.numel() < limit) and input.is_floating_point() and not input.is_meta:
             if variant is not None:
                 options["approximate"] = variant
@@ -289,7 +308,7 @@ def run(name, input, inplace=False, variant=None, **options):
         return getattr(torch.nn.functional, name)(input, **kw, **({"inplace": True} if inplace else {}))
     if (input.is_meta or type(input) is not _Tensor and _ops.symbolic(input)) and not tracing:  # no data
         return _as_op(name, input, inplace, variant, options)
-    reason = None if tracing else _torch_faster(name, input)
+    reason = None if tracing else _torch_faster(name, input, inplace=inplace)
     if reason:
         kw = dict(options, **({"approximate": variant} if variant is not None else {}))
         return _torch_op(name, reason, getattr(torch.nn.functional, name), input, **kw,

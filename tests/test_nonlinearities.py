@@ -526,3 +526,48 @@ def test_calm_calls_go_straight_to_torch():
     y = x.clone()
     assert AF.leaky_relu(y, 0.2, inplace=True) is y
     torch.testing.assert_close(y, TF.leaky_relu(x, 0.2), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name,n,path", [("elu", 1 << 20, "fallback"), ("celu", 1 << 20, "fallback"),
+                                         ("mish", 1 << 16, "autogen")])
+def test_medium_in_place_with_a_gradient_follows_the_in_place_table(name, n, path):
+    """In place with a gradient, policy medium runs our kernel only from activations.FASTER_FROM_INPLACE's size
+    (torch's op, recorded as fallback with the reason, for a name not there); without a gradient FASTER_FROM
+    decides as out of place. Values and gradients are torch's either way."""
+    from autogen import activations
+    assert n >= activations.FASTER_FROM[name][0] and n >= activations.FASTER_FROM_INPLACE.get(name, 0)
+    x = torch.randn(n, requires_grad=True)
+    ref_x = x.detach().clone().requires_grad_()
+    with autogen.policy("medium"), autogen.record() as rec:
+        out = getattr(AF, name)(x * 1.0, inplace=True)
+        out.backward(torch.ones(n))
+    ref = getattr(torch.nn.functional, name)(ref_x * 1.0, inplace=True)
+    ref.backward(torch.ones(n))
+    assert {c.path for c in rec.calls} == {path}, rec.calls
+    if path == "fallback":
+        assert all("in place" in c.reason for c in rec.calls), rec.calls
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(x.grad, ref_x.grad)
+    with torch.no_grad(), autogen.policy("medium"), autogen.record() as rec:
+        getattr(AF, name)(x.detach().clone(), inplace=True)
+    assert {c.path for c in rec.calls} == {"autogen"}, rec.calls  # FASTER_FROM's size without a gradient
+
+
+def test_in_place_benchmark_covers_the_ops_medium_would_send_to_our_kernel(monkeypatch):
+    """benchmarks/bench_inplace.py measures every nonlinearity torch runs in place whose size with a gradient
+    is finite, and FASTER_FROM_INPLACE names no other; a measurement gives a ratio and leaves the tables."""
+    import importlib.util
+    import os
+    import sys
+    from autogen import activations
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the script puts the source tree first: undone after
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "bench_inplace.py")
+    spec = importlib.util.spec_from_file_location("bench_inplace", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    names = bench.candidates()
+    assert {"elu", "selu", "celu", "mish"} <= set(names) and "relu" not in names and "tanh" not in names
+    assert set(activations.FASTER_FROM_INPLACE) <= set(names)
+    table = activations.FASTER_FROM
+    ratios = bench.child(["elu"], [1024], 1, 1)
+    assert activations.FASTER_FROM is table and set(ratios) == {"elu 1024"} and ratios["elu 1024"] > 0
