@@ -14,7 +14,7 @@ from . import inline
 from . import ops as _ops
 from . import policies as _policy
 from .executor import (LossGraph, Problem, _capture, _differentiable, _transformed, execute, handwritten_for, observers,
-                       rerun)
+                       rerun, shaped)
 from .ir import COL, ELEM, ROW, SCALAR, apply as A, input as inp, param
 from .policies import calm as _calm, tracing as _tracing
 
@@ -197,9 +197,13 @@ FASTER_FROM_F16 = {
 FASTER_FROM_INPLACE = {"mish": 1 << 16}
 
 
-def _larger(a, b):
-    """The larger of two sizes, None (never) the largest."""
-    return None if a is None or b is None else max(a, b)
+def _limit(name, dtype, grad, inplace):
+    """The size from which policy medium runs our kernel for this call (None: never)."""
+    limit = _faster_from(dtype).get(name, _NEVER)[0 if grad else 1]
+    if inplace and grad:
+        extra = FASTER_FROM_INPLACE.get(name)
+        limit = None if limit is None or extra is None else max(limit, extra)
+    return limit
 
 
 def _faster_from(dtype):
@@ -213,12 +217,9 @@ def _torch_faster(name, input, *others, inplace=False):
     if FASTER_FROM is None or _policy.get_policy() == "aggressive":
         return None
     grad = torch.is_grad_enabled() and (input.requires_grad or any(t.requires_grad for t in others))
-    limit = _faster_from(input.dtype).get(name, (None, None))[0 if grad else 1]
-    inplace = inplace and grad
-    if inplace:
-        limit = _larger(limit, FASTER_FROM_INPLACE.get(name))
+    limit = _limit(name, input.dtype, grad, inplace)
     n = input.numel()
-    return None if limit is not None and n >= limit else (n, grad, limit, inplace)
+    return None if limit is not None and n >= limit else (n, grad, limit, inplace and grad)
 
 
 def _torch_op(name, why, fn, *args, **kwargs):
@@ -287,10 +288,7 @@ def run(name, input, inplace=False, variant=None, **options):
     if _calm[0] and type(input) is _Tensor and FASTER_FROM is not None and not _ops.compiling():
         # the common call (policy medium or disabled, nothing recorded or traced): torch's op where it is
         # faster, in as few steps as we can (at 1K elements torch's whole call is ~2 us)
-        grad = input.requires_grad and torch.is_grad_enabled()
-        limit = _faster_from(input.dtype).get(name, _NEVER)[0 if grad else 1]
-        if inplace and grad:
-            limit = _larger(limit, FASTER_FROM_INPLACE.get(name))
+        limit = _limit(name, input.dtype, input.requires_grad and torch.is_grad_enabled(), inplace)
         if (limit is None or input.numel() < limit) and input.is_floating_point() and not input.is_meta:
             if variant is not None:
                 options["approximate"] = variant
@@ -349,18 +347,12 @@ def run(name, input, inplace=False, variant=None, **options):
         if keep is None:
             keep = kept[way] = _Kept()
         out = rerun(keep, prob, [x], True, hw)
-    out = _shaped(out, input.shape)
+    out = shaped(out, input.shape)
     if out.dtype is not input.dtype:
         out = out.to(input.dtype)
     if inplace:
         return input.copy_(out)
     return out
-
-
-def _shaped(out, shape):
-    """`out` viewed as `shape`, itself where it has that shape (a kernel writes an elementwise result in its
-    input's): a view is a node more per call under autograd."""
-    return out if out.shape == shape else out.view(shape)
 
 
 class _Kept:
@@ -440,7 +432,7 @@ def prelu(input, weight):
         prob = Problem(graph("prelu", "scalar"), x.numel(), 0, 0, cdt, {})
         w = _stored(weight, cdt)
         w = w if w.shape == (1,) else w.reshape(1)  # a reshape to its own shape is a node more
-        return _shaped(execute(prob, [x, w], True), input.shape).to(input.dtype)
+        return shaped(execute(prob, [x, w], True), input.shape).to(input.dtype)
     if input.dim() == 0:
         raise RuntimeError("Not allow zero-dim input tensor.")
     C = input.size(1) if input.dim() >= 2 else 1  # torch: a 1-D input has one channel
@@ -453,12 +445,12 @@ def prelu(input, weight):
         S = x[0, 0].numel() if input.dim() >= 3 else 0
         if S >= 64:  # (N, C, *spatial): a row per (n, c), its weight repeated N times (N*C values beside N*C*S)
             prob = Problem(graph("prelu", "channels"), x.numel(), S, x.numel() // S, cdt, {})
-            return _shaped(execute(prob, [x, w.repeat(input.size(0))], True), input.shape).to(input.dtype)
+            return shaped(execute(prob, [x, w.repeat(input.size(0))], True), input.shape).to(input.dtype)
         if input.dim() == 2 and not (torch.is_grad_enabled() and weight.requires_grad):
             # (N, C): the weight per column. Its gradient would need a column reduction, so a
             # weight that wants one takes the transposed layout below.
             prob = Problem(graph("prelu", "columns"), x.numel(), C, x.numel() // C, cdt, {})
-            return _shaped(execute(prob, [x, w], True), input.shape).to(input.dtype)
+            return shaped(execute(prob, [x, w], True), input.shape).to(input.dtype)
     rows = input.movedim(1, 0)  # channels as rows: a transposed copy
     shape = rows.shape
     x = _stored(rows, cdt).contiguous()
@@ -490,7 +482,7 @@ def glu(input, dim=-1):
     a, b = input.chunk(2, dim)
     a, b = (_stored(t, cdt).contiguous() for t in (a, b))
     prob = Problem(graph("glu"), a.numel(), 0, 0, cdt, {})
-    return _shaped(execute(prob, [a, b], True), a.shape).to(input.dtype)
+    return shaped(execute(prob, [a, b], True), a.shape).to(input.dtype)
 
 
 @functools.lru_cache(maxsize=None)

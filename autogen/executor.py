@@ -181,16 +181,10 @@ def _tensor_of(a, dtype):
     return t
 
 
-def _low16_out(size, dtype, shape=None):
-    """A 16-bit output of `size` elements (`shape`d where given) and its flat uint16 array, the kernel's: one
-    view at most (a gradient that is a view of a view costs autograd's accumulation ~4 us more)."""
-    shape = size if shape is None else shape
-    if size * 2 < _POOL_MIN:
-        out = torch.empty(shape, dtype=dtype)
-        a = out.view(torch.uint16).numpy()
-        return out, a if a.ndim == 1 else a.ravel()
-    a = _pool_array(size * 2, np.uint16, shape)
-    return _tensor_of(a, dtype), a if a.ndim == 1 else a.ravel()
+def shaped(out, shape):
+    """`out` viewed as `shape`, itself where it has that shape already (a kernel writes a per-element or per-row
+    result in its input's): under autograd a view is a node more per call."""
+    return out if out.shape == shape else out.view(shape)
 
 
 def pooled_like(t):
@@ -202,8 +196,9 @@ def pooled_like(t):
 def pooled_flat(t):
     """pooled_like(t) and its flat numpy view, which a kernel writes."""
     npdt = _NP_OUT.get(t.dtype)
-    if npdt is None:
-        return _low16_out(t.numel(), t.dtype, t.shape)
+    if npdt is None:  # 16-bit: shaped at allocation (a gradient that is a view costs autograd's accumulation more)
+        out = pooled(t.numel(), t.dtype, t.shape)
+        return out, _flat_np(out)
     a = _out_array(t.numel() * t.dtype.itemsize, npdt, t.shape)  # the tensor holds the array the pool watches
     return torch.from_numpy(a), a.ravel()
 
@@ -379,10 +374,6 @@ class _Launch:
                 a = np.empty(shape, npdt)
                 outs.append(torch.from_numpy(a))
                 args.append(a if flat else a.ravel())
-            elif dt in _LOW16 and size is not None:
-                o, a = _low16_out(size, dt, shape)
-                outs.append(o)
-                args.append(a)
             else:
                 o = pooled(size, dt, shape) if size is not None else torch.empty((), dtype=dt)
                 outs.append(o)
@@ -858,11 +849,11 @@ class FusedEngine:
             # a result per element or per row written in the shape of the first input at its level (a view of
             # it: a node more per call); the two orders agree but for elements in channel-first mode
             g = prob.graph
-            shaped = next((i for i, x in enumerate(g.inputs) if x.level == g.level), None) \
+            like = next((i for i, x in enumerate(g.inputs) if x.level == g.level), None) \
                 if g.level == ROW or g.level == ELEM and g.mode != "cf" else None
             hit = prob._fused = (needs, store, plan, launch, None if slots == tuple(range(len(tensors))) else slots,
-                                 shapes, shaped)  # None: the kernel takes the inputs in their order
-        plan, launch, slots, shapes, shaped = hit[2:]
+                                 shapes, like)  # None: the kernel takes the inputs in their order
+        plan, launch, slots, shapes, like = hit[2:]
         self.plan = plan
         # only a backward kernel of its own reads the inputs; one from the output reads that (as torch's, saved)
         self.reads_inputs = plan.backward is not None and not plan.from_output
@@ -876,7 +867,7 @@ class FusedEngine:
                 for g in grads:
                     g.mul_(outs[-1])
             return outs[0], _place(plan.wrt, grads, len(tensors))
-        outs = launch.run(prob, ins, prob.params, () if shaped is None else (tensors[shaped].shape,))
+        outs = launch.run(prob, ins, prob.params, () if like is None else (tensors[like].shape,))
         _policy.note(prob.graph.name, self.path, True, "forward", self.reason)
         if plan.derivative:
             return outs[0], (outs[1:], [tensors[i].shape for i in plan.wrt])

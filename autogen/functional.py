@@ -19,7 +19,8 @@ from . import decompositions as D
 from . import inline
 from . import ops as _ops
 from .codegen import _ENV
-from .executor import _ZERO, Problem, _transformed, contiguous as _contiguous, execute, handwritten_for, host, rerun
+from .executor import (_ZERO, Problem, _transformed, contiguous as _contiguous, execute, handwritten_for, host,
+                       rerun, shaped)
 from .mathlib import at
 from .policies import _local as _state, calm, get_policy, note, recording
 
@@ -422,7 +423,7 @@ def _execute(prob, tensors, use_autogen, handwritten, shape, dtype):
 
 
 def _finish(out, reduction, shape, dtype):
-    done = out if reduction != "none" or out.shape == shape else out.view(shape)
+    done = out if reduction != "none" else shaped(out, shape)
     done = done if done.dtype == dtype else done.to(dtype)
     cap = _captured()
     if cap is not None:

@@ -27,7 +27,7 @@ import torch.nn.functional as TF
 
 from . import policies as _policy
 from .errors import AutogenError
-from .executor import LossGraph, Problem, _storage, _transformed, pooled, split_run
+from .executor import LossGraph, Problem, _storage, _transformed, pooled, shaped, split_run
 from .grad import vjp
 from .ir import ELEM, ROW, SCALAR, apply as A, input as inp, param
 from .functional import _first_bad_target, _int_arg, _tname
@@ -415,9 +415,8 @@ def _z_term(h, W, t, b, o):
 
 def _finish(out, target, reduction, z):
     if reduction == "none":
-        out = out if out.shape == target.shape else out.view(target.shape)  # a view: a node more per call
-        if z is not None and z.shape != target.shape:
-            z = z.view(target.shape)
+        out = shaped(out, target.shape)
+        z = None if z is None else shaped(z, target.shape)
     return out if z is None else (out, z)
 
 
