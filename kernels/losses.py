@@ -114,8 +114,12 @@ def _ce_rows(F, want_grad, lx=_same, lw=_same, sg=None, salt=_MATHLIB):
 
 @functools.lru_cache(maxsize=None)
 def _mse_kernel(F, want_x, want_t, lx=_same, ly=_same, sx=_same, sy=_same, salt=_MATHLIB):
-    """Blocks [lo, hi): sum of (x - t)^2 in float64; gradients c*(x - t) and its negative (lx, ly: how x
-    and y are read; sx, sy: how their gradients are stored)."""
+    """Blocks [lo, hi): sum of (x - t)^2; gradients c*(x - t) and its negative (lx, ly: how x and y are
+    read; sx, sy: how their gradients are stored). The sum is float64, but a block of two inputs of one
+    16-bit dtype (a 16-bit result) sums in float32, whose rounding is far below the result's: with the
+    float64 sum's conversions that kernel was bound by arithmetic, not memory."""
+    A = np.float32 if lx is ly and lx is not _same else np.float64
+
     @njit(**_JIT)
     def kernel(lo, hi, xa, xz, ya, yz, n, c, gx, gy, part):
         salt  # noqa: B018
@@ -125,15 +129,15 @@ def _mse_kernel(F, want_x, want_t, lx=_same, ly=_same, sx=_same, sy=_same, salt=
             s, e = blk * _BLOCK, min(blk * _BLOCK + _BLOCK, n)
             xs, ys = x[s:e], y[s:e]  # indices from 0: no wraparound check, the loop vectorizes
             gxs, gys = gx[s:e] if want_x else gx, gy[s:e] if want_t else gy
-            acc = 0.0
+            acc = A(0.0)
             for i in range(e - s):
                 d = lx(xs[i]) - ly(ys[i])
-                acc += np.float64(d * d)
+                acc += A(d * d)
                 if want_x:
                     gxs[i] = sx(c * d)
                 if want_t:
                     gys[i] = sy(-(c * d))
-            part[blk] = acc
+            part[blk] = np.float64(acc)
     return kernel
 
 

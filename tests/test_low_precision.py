@@ -282,11 +282,13 @@ HANDWRITTEN = [("mse_loss", {}, (0, 1)), ("cross_entropy", {}, (0,)), ("cross_en
 @pytest.mark.parametrize("dtype,reduction", [(torch.bfloat16, "mean"), (torch.float16, "sum")], ids=str)
 @pytest.mark.parametrize("name,opts,low", HANDWRITTEN + [("mse_loss", {}, (0,))],
                          ids=["mse", "ce", "ce-weight", "mse-float32-target"])
-def test_handwritten_in_16_bits(name, opts, low, reduction, dtype):
+@pytest.mark.parametrize("rows", [9, 4099])
+def test_handwritten_in_16_bits(name, opts, low, reduction, dtype, rows):
     """The handwritten kernels (the default policy's) on 16-bit data, and a float32 target beside a 16-bit input
-    (torch's promotion: a float32 loss, the input's gradient in 16 bits)."""
-    x = torch.randn(9, 7) * 2
-    t = torch.randn(9, 7) if name == "mse_loss" else torch.randint(0, 7, (9,))
+    (torch's promotion: a float32 loss, the input's gradient in 16 bits); in one block and in several (the
+    16-bit mse sums each block in float32)."""
+    x = torch.randn(rows, 7) * 2
+    t = torch.randn(rows, 7) if name == "mse_loss" else torch.randint(0, 7, (rows,))
     kwargs = {"weight": (torch.rand(7) + 0.5).to(dtype)} if opts else {}
     args = [a.to(dtype) if i in low and a.is_floating_point() else a for i, a in enumerate((x, t))]
     args = [a.requires_grad_(a.is_floating_point()) for a in args]
