@@ -308,6 +308,18 @@ def saved_bytes(fn, args):
     return total[0]
 
 
+def _ran_ours(fn):
+    """Whether a call of fn runs one of our kernels anywhere (False: policy medium handed it all to torch's own
+    op, so eager's kernel is on both sides of the ratio and it measures the harness's noise alone)."""
+    with autogen.record() as rec:
+        fn()
+    return any(c.path != "fallback" for c in rec.calls)
+
+
+TORCH_MARK = "*"
+TORCH_LEGEND = f"{TORCH_MARK}: policy medium ran torch's own op (eager's kernel on both sides)"
+
+
 def nonlinearity_child(names, n, reps, modes, threads):
     """One allocator state (this process's): per nonlinearity and mode, each variant's median ms (interleaved)
     and the bytes it saves for backward. On one thread, the thread's CPU time (a shared machine's other
@@ -325,6 +337,7 @@ def nonlinearity_child(names, n, reps, modes, threads):
             for _ in range(4):  # glibc's dynamic mmap threshold settles over the first calls of each size
                 for fn in fns.values():
                     fn()
+            row[f"{mode} default on torch's op"] = not _ran_ours(fns["default"])
             for v, st in measure(fns, reps, clock).items():
                 row[f"{mode} {v}_ms"] = st["median"] * 1e3
         rows.append(row)
@@ -348,14 +361,14 @@ def nonlinearity_states(names, n, reps, modes, threads=None):
           f"{' and '.join(NO_PAGE_FAULTS)} = {NO_PAGE_FAULTS['MALLOC_MMAP_THRESHOLD_']} in a child process); "
           f"eager/ours per mode (med = policy medium; kernel = medium's kernel at every size, its size table off: "
           f"handwritten, else generated; aggr = aggressive: generated); saved MB = what autograd keeps "
-          f"for backward")
+          f"for backward; {TORCH_LEGEND}")
     cols = [(state, mode, v) for state in STATES for mode in modes for v in ("default", "ours", "autogen")]
     label = {"default": "med", "ours": "kernel", "autogen": "aggr"}
     print(f"{'':14s}{'saved MB':^{7 * len(NL_STATE_VARIANTS)}s}  "
           + "  ".join(f"{state:^{16 * 3 * len(modes) - 2}s}" for state in STATES))
     print(f"{'nonlinearity':14s}" + "".join(f"{label.get(v, v):>7s}" for v in NL_STATE_VARIANTS) + "  "
           + "  ".join(f"{mode[:7] + ' ' + label[v]:>14s}" for _, mode, v in cols))
-    rows, ratios = [], {c: [] for c in cols}
+    rows, ratios, on_torch = [], {c: [] for c in cols}, {c: [] for c in cols}
     for k, name in enumerate(names):
         row = dict(out["default"][k])
         line = f"{name:14s}" + "".join(f"{row[f'{v}_saved_bytes'] / 2**20:7.1f}" for v in NL_STATE_VARIANTS) + "  "
@@ -367,12 +380,18 @@ def nonlinearity_states(names, n, reps, modes, threads=None):
             ratios[c].append(ratio)
             row[f"{state} {mode} eager_over_{v}"] = ratio
             row[f"{state} {mode} eager_ms"], row[f"{state} {mode} {v}_ms"] = r[f"{mode} eager_ms"], r[f"{mode} {v}_ms"]
-            cells.append(f"{ratio:13.2f}x")
+            torch_op = v == "default" and bool(r.get(f"{mode} default on torch's op"))
+            on_torch[c].append(torch_op)
+            cells.append(f"{ratio:13.2f}{TORCH_MARK if torch_op else 'x'}")
         print(line + "  ".join(cells))
         rows.append(row)
     pad = 14 + 7 * len(NL_STATE_VARIANTS)
     print(f"{'geometric mean':{pad}s}  " + "  ".join(f"{_geo(ratios[c]):13.2f}x" for c in cols))
     print(f"{'below 1x':{pad}s}  " + "  ".join(f"{sum(r < 1 for r in ratios[c]):14d}" for c in cols))
+    print(f"{'ours below 1x':{pad}s}  " + "  ".join(  # the rows that ran one of our kernels
+        f"{sum(r < 1 and not t for r, t in zip(ratios[c], on_torch[c])):14d}" for c in cols))
+    marked = f"{TORCH_MARK} (torch's op)"
+    print(f"{marked:{pad}s}  " + "  ".join(f"{sum(on_torch[c]):14d}" for c in cols))
     return rows
 
 
@@ -457,7 +476,7 @@ def dtype_child(names, n, reps, threads):
         base = inputs(name, n) if kind == "loss" else nonlinearity_args(name, n)
         eager = _eager(name) if kind == "loss" else NL_VARIANTS["eager"](name)
         ours = _ours("medium", name, True) if kind == "loss" else NL_VARIANTS["default"](name)
-        fns = {}
+        fns, paths = {}, {}
         for dt in DTYPE_COLUMNS:
             args = _in_dtype(base, dt)
             pair = {f"{dt} eager": fwd_bwd(eager, args), f"{dt} ours": fwd_bwd(ours, args)}
@@ -468,8 +487,9 @@ def dtype_child(names, n, reps, threads):
             except (RuntimeError, NotImplementedError):  # torch's own kernel has no such dtype
                 continue
             fns.update(pair)
+            paths[f"{dt} on torch's op"] = not _ran_ours(pair[f"{dt} ours"])
         st = measure(fns, reps, clock)
-        rows.append({"kind": kind, "name": name, **{k: v["median"] * 1e3 for k, v in st.items()}})
+        rows.append({"kind": kind, "name": name, **{k: v["median"] * 1e3 for k, v in st.items()}, **paths})
     return rows
 
 
@@ -489,7 +509,7 @@ def dtype_table(names, n, reps, out=None, threads=None):
     print(f"\nforward+backward in float32, bfloat16, float16, ~{_size_label(n)} elements, {threads} thread(s) "
           f"({'CPU time of the thread' if threads == 1 else 'wall time'}): eager/ours (policy medium) per dtype, "
           f"and ours' 16-bit time / ours' float32 time; per allocator state (no page faults: "
-          f"{' and '.join(DTYPE_STATES['no page faults'])} = 4294967296 in the child)")
+          f"{' and '.join(DTYPE_STATES['no page faults'])} = 4294967296 in the child); {TORCH_LEGEND}")
     head = "  ".join(f"{'f32':>6s}{'bf16':>6s}{'f16':>6s}{'bf/32':>7s}{'f16/32':>7s}" for _ in states)
     print(f"{'':34s}" + "  ".join(f"{s:^32s}" for s in states))
     print(f"{'':34s}" + head)
@@ -504,7 +524,8 @@ def dtype_table(names, n, reps, out=None, threads=None):
             for dt, r in ratio.items():
                 if r is not None:
                     geo[(s, dt, kind)].append(r)
-            cells.append("".join(f"{r:6.2f}" if r is not None else f"{'-':>6s}" for r in ratio.values())
+            cells.append("".join(f"{'-':>6s}" if r is None else f"{r:5.2f}{TORCH_MARK}"
+                                 if row.get(f"{dt} on torch's op") else f"{r:6.2f}" for dt, r in ratio.items())
                          + "".join(f"{r:7.2f}" if r is not None else f"{'-':>7s}" for r in own))
         print(f"{name:34s}" + "  ".join(cells))
     for kind, label in (("loss", "losses"), ("nonlinearity", "nonlinearities")):

@@ -228,3 +228,18 @@ def test_cli_bench_custom_times_the_whole_corpus(tmp_path):
     assert [r["loss"] for r in rows] == [e.cls.__name__ for e in CORPUS]
     assert all(r["eager_ms"] > 0 and r["fused_ms"] > 0 for r in rows)
     assert "geometric mean: eager/fused" in out.stdout
+
+
+def test_bench_tables_mark_the_rows_medium_hands_to_torch(monkeypatch):
+    """The nonlinearity and dtype tables say where policy medium ran torch's own op (eager's kernel on both sides
+    of the ratio): relu with a gradient at 64K (its size table never sends it to ours), mse_loss below its size
+    threshold (64K); and not where it ran ours: mish (ours from 64K), mse_loss at 64K."""
+    from autogen import bench, functional
+    n = 1 << 16
+    monkeypatch.setitem(functional.SMALL_ELEMENTS, "mse_loss", n)  # the suite runs every size on ours
+    relu, mish = bench.nonlinearity_child(["relu", "mish"], n, 2, ["fwd+bwd"], 1)
+    assert relu["fwd+bwd default on torch's op"] and not mish["fwd+bwd default on torch's op"]
+    rows = bench.dtype_child([("nonlinearity", "relu"), ("nonlinearity", "mish"), ("loss", "mse_loss")], n, 2, 1)
+    rows += bench.dtype_child([("loss", "mse_loss")], n // 4, 2, 1)
+    for row, torch_op in zip(rows, (True, False, False, True)):
+        assert [row[f"{dt} on torch's op"] for dt in bench.DTYPE_COLUMNS] == [torch_op] * 3, row
