@@ -26,6 +26,7 @@ import torch.nn.functional as TF
 
 import autogen
 from autogen import functional as AF
+from autogen.report import TORCH_LEGEND, TORCH_MARK
 
 
 ROWS = ("multilabel_soft_margin_loss", "multi_margin_loss", "triplet_margin_loss",
@@ -314,10 +315,6 @@ def _ran_ours(fn):
     with autogen.record() as rec:
         fn()
     return any(c.path != "fallback" for c in rec.calls)
-
-
-TORCH_MARK = "*"
-TORCH_LEGEND = f"{TORCH_MARK}: policy medium ran torch's own op (eager's kernel on both sides)"
 
 
 def nonlinearity_child(names, n, reps, modes, threads):

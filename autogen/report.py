@@ -144,7 +144,9 @@ def nonlinearity_states(run):
     saved = [k[:-len("_saved_bytes")] for k in rows[0] if k.endswith("_saved_bytes")]
     return {"cols": cols, "saved": saved,
             "rows": [{"name": r["name"], "saved": [r[f"{v}_saved_bytes"] / 2 ** 20 for v in saved],
-                      "cells": [r.get(f"{st} {mode} eager_over_{v}") for st, mode, v in cols]} for r in rows],
+                      "cells": [marked(r.get(f"{st} {mode} eager_over_{v}"),
+                                       v == "default" and r.get(f"{mode} default on torch's op"))
+                                for st, mode, v in cols]} for r in rows],
             "geo": [_geo([r.get(f"{st} {mode} eager_over_{v}") for r in rows]) for st, mode, v in cols]}
 
 
@@ -164,9 +166,10 @@ def dtypes(out):
         cells = []
         for st_rows in states.values():
             r = st_rows[k]
-            cells += [r[f"{dt} eager"] / r[f"{dt} ours"] if f"{dt} ours" in r else None for dt in dts]
-            cells += [r[f"{dt} ours"] / r[f"{dts[0]} ours"] if f"{dt} ours" in r and f"{dts[0]} ours" in r else None
-                      for dt in dts[1:]]
+            cells += [marked(r[f"{dt} eager"] / r[f"{dt} ours"] if f"{dt} ours" in r else None, r.get(f"{dt} on torch's op"))
+                      for dt in dts]
+            cells += [marked(r[f"{dt} ours"] / r[f"{dts[0]} ours"] if f"{dt} ours" in r and f"{dts[0]} ours" in r
+                             else None) for dt in dts[1:]]
         rows.append({"kind": first["kind"], "name": first["name"], "cells": cells})
     cols = [c for st in states for c in [f"{st}: eager / ours, {dt}" for dt in dts]
             + [f"{st}: ours {dt} / ours {dts[0]}" for dt in dts[1:]]]
@@ -207,6 +210,16 @@ def nl_thresholds():
 
 def fmt(v, spec=".2f", none="-"):
     return none if v is None else format(v, spec)
+
+
+# the benchmark's mark of a ratio where policy medium ran torch's own op: the ratio measures the harness's noise
+TORCH_MARK = "*"
+TORCH_LEGEND = f"{TORCH_MARK}: policy medium ran torch's own op (eager's kernel on both sides)"
+
+
+def marked(v, torch_op=False):
+    """A ratio's cell: `fmt`, with TORCH_MARK where policy medium ran torch's own op."""
+    return fmt(v) + (TORCH_MARK if torch_op and v is not None else "")
 
 
 def size(n):
@@ -307,7 +320,8 @@ def context(runs, doc):
             "custom_geo_compile": _geo([r.get("compile_over_fused") for r in run["custom"]]),
             "small_geo": _geo([r["ratio"] for r in small(run)]),
             "quick": "--quick" in s.get("command", ""), "plot": _plot(run, doc) if doc else None,
-            "bandwidth": (s.get("triad_bandwidth_bytes_per_s") or 0) / 1e9, "main": _label(s["main_size"])}
+            "bandwidth": (s.get("triad_bandwidth_bytes_per_s") or 0) / 1e9, "main": _label(s["main_size"]),
+            "torch_legend": TORCH_LEGEND}
 
 
 def render_readme_block(runs, doc, plot=None):

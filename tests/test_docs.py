@@ -110,7 +110,8 @@ def _run(tmp, malloc_env, scale=1.0):
     with open(os.path.join(tmp, "dtypes.json"), "w") as f:  # autogen bench's dtype table
         json.dump({"elements": 1 << 22, "threads": 1, "states": {s: [
             {"kind": "loss", "name": "mse_loss", "torch.float32 eager": 4.0, "torch.float32 ours": 2.0,
-             "torch.bfloat16 eager": 9.0, "torch.bfloat16 ours": 3.0}] for s in ("default", "no page faults")}}, f)
+             "torch.bfloat16 eager": 9.0, "torch.bfloat16 ours": 3.0, "torch.bfloat16 on torch's op": True}]
+            for s in ("default", "no page faults")}}, f)
     with open(os.path.join(tmp, "linear_ce.json"), "w") as f:  # bench_linear_ce.py --json
         json.dump([{"tokens": 2048, "vocab": 32768, "dtype": "float32", "state": "heap", "median": {"ours": 2.5},
                     "per_ours": {"eager": 1.1, "compile": 0.9}, "cpu_per_ours": {"eager": 1.2, "compile": 0.8},
@@ -143,7 +144,9 @@ def test_report_renders_a_run_and_rewrites_only_the_readme_block(tmp_path):
     for name, (grad, no_grad) in (activations.FASTER_FROM or {}).items():
         assert f"| `{name}` | {report.size(grad)} | {report.size(no_grad)} |" in text
     assert "| `gelu` | 16 / 16 / 32 | 1.50 | 1.25 |" in text  # nonlinearities in both allocator states
-    assert "| loss | `mse_loss` | 2.00 | 3.00 | 1.50 | 2.00 | 3.00 | 1.50 |" in text  # dtypes: eager/ours, bf16/f32
+    # dtypes: eager/ours, bf16/f32; a ratio where policy medium ran torch's op is marked, and the mark explained
+    assert "| loss | `mse_loss` | 2.00 | 3.00* | 1.50 | 2.00 | 3.00* | 1.50 |" in text
+    assert report.TORCH_LEGEND in text
     assert "| ce | 2048 | 32768 | float32 | heap | 2.50 | 1.10, 1.20 | 0.90, 0.80 | 800 / 300 / 100 | 0.12 |" in text
     if importlib.util.find_spec("matplotlib"):
         assert "![speedup over torch eager](speedup.png)" in text and (doc.parent / "speedup.png").stat().st_size
