@@ -18,6 +18,7 @@ import math
 import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 
@@ -262,6 +263,25 @@ NL_VARIANTS = {  # nonlinearities: the policy alone picks the kernel
 # timed in a child process where glibc keeps freed memory (these tunables), to compare kernels.
 NO_PAGE_FAULTS = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "4294967296"}
 STATES = {"default": {}, "no page faults": NO_PAGE_FAULTS}
+
+
+def child_json(cmd, env):
+    """The JSON that the child process `cmd` prints last, run with `env` (an allocator state's glibc settings)
+    added to this process's environment."""
+    res = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True, check=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def in_child(child, args, env):
+    """bench.<child>(*args) in a child process (child_json)."""
+    return child_json([sys.executable, "-c", "import json, sys; from autogen import bench; "
+                       f"print(json.dumps(bench.{child}(*json.loads(sys.argv[1]))))", json.dumps(args)], env)
+
+
+def settings():
+    """(threads, allocator state, its env) per setting a size table is measured in: one thread and torch's
+    threads (a kernel that wins alone can lose beside torch's thread pool), each allocator state."""
+    return [(t, state, env) for t in sorted({1, torch.get_num_threads()}) for state, env in STATES.items()]
 NL_STATE_VARIANTS = ("eager", "default", "ours", "autogen")
 
 
@@ -344,14 +364,7 @@ def nonlinearity_child(names, n, reps, modes, threads):
 def nonlinearity_states(names, n, reps, modes, threads=None):
     """nonlinearity_child in a child process per allocator state; prints the table, returns the rows."""
     threads = threads or torch.get_num_threads()
-    import subprocess
-    out = {}
-    for state, env in STATES.items():
-        cmd = [sys.executable, "-c", "import json, sys; from autogen import bench; "
-               "print(json.dumps(bench.nonlinearity_child(*json.loads(sys.argv[1]))))",
-               json.dumps([names, n, reps, modes, threads])]
-        res = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True, check=True)
-        out[state] = json.loads(res.stdout.strip().splitlines()[-1])
+    out = {state: in_child("nonlinearity_child", [names, n, reps, modes, threads], env) for state, env in STATES.items()}
     print(f"\nnonlinearities, ~{_size_label(n)} elements float32, {threads} thread(s) "
           f"({'CPU time of the thread' if threads == 1 else 'wall time'}), two allocator states "
           f"(no page faults: glibc's "
@@ -421,15 +434,7 @@ def crossovers(names, sizes=CROSSOVER_SIZES, reps=15, dtype="float32"):
     threads (a kernel that wins alone can lose beside torch's thread pool), at every size measured from there
     up: {name: (with gradient, without)}, None where at no size. Prints it as activations.FASTER_FROM
     (FASTER_FROM_BF16 or FASTER_FROM_F16 for a 16-bit dtype)."""
-    import subprocess
-    states = []
-    for threads in sorted({1, torch.get_num_threads()}):
-        for env in STATES.values():
-            cmd = [sys.executable, "-c", "import json, sys; from autogen import bench; "
-                   "print(json.dumps(bench.crossover_child(*json.loads(sys.argv[1]))))",
-                   json.dumps([names, sizes, reps, dtype, threads])]
-            res = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True, check=True)
-            states.append(json.loads(res.stdout.strip().splitlines()[-1]))
+    states = [in_child("crossover_child", [names, sizes, reps, dtype, threads], env) for threads, _, env in settings()]
     table = {}
     for name in names:
         row = []
@@ -453,8 +458,6 @@ def crossovers(names, sizes=CROSSOVER_SIZES, reps=15, dtype="float32"):
 # dtypes interleaved in one measure() so that their ratios share the machine's state; in a child process per
 # allocator state: as it is, and with glibc keeping freed memory (no page faults: kernel against kernel).
 DTYPE_COLUMNS = (torch.float32, torch.bfloat16, torch.float16)
-DTYPE_STATES = {"default": {}, "no page faults": {"MALLOC_MMAP_THRESHOLD_": "4294967296",
-                                                  "MALLOC_TRIM_THRESHOLD_": "4294967296"}}
 
 
 def _in_dtype(args, dtype):
@@ -493,20 +496,13 @@ def dtype_child(names, n, reps, threads):
 def dtype_table(names, n, reps, out=None, threads=None):
     """dtype_child in a child process per allocator state; prints eager/ours per dtype and ours' 16-bit time
     over its own float32 time; writes dtypes.json to `out`."""
-    import subprocess
     threads = threads or torch.get_num_threads()
-    states = {}
-    for state, env in DTYPE_STATES.items():
-        cmd = [sys.executable, "-c", "import json, sys; from autogen import bench; "
-               "print(json.dumps(bench.dtype_child(*json.loads(sys.argv[1]))))",
-               json.dumps([names, n, reps, threads])]
-        res = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True, check=True)
-        states[state] = json.loads(res.stdout.strip().splitlines()[-1])
+    states = {state: in_child("dtype_child", [names, n, reps, threads], env) for state, env in STATES.items()}
     low = [str(dt) for dt in DTYPE_COLUMNS[1:]]
     print(f"\nforward+backward in float32, bfloat16, float16, ~{_size_label(n)} elements, {threads} thread(s) "
           f"({'CPU time of the thread' if threads == 1 else 'wall time'}): eager/ours (policy medium) per dtype, "
           f"and ours' 16-bit time / ours' float32 time; per allocator state (no page faults: "
-          f"{' and '.join(DTYPE_STATES['no page faults'])} = 4294967296 in the child); {TORCH_LEGEND}")
+          f"{' and '.join(NO_PAGE_FAULTS)} = {NO_PAGE_FAULTS['MALLOC_MMAP_THRESHOLD_']} in the child); {TORCH_LEGEND}")
     head = "  ".join(f"{'f32':>6s}{'bf16':>6s}{'f16':>6s}{'bf/32':>7s}{'f16/32':>7s}" for _ in states)
     print(f"{'':34s}" + "  ".join(f"{s:^32s}" for s in states))
     print(f"{'':34s}" + head)
@@ -802,18 +798,11 @@ def channel_first_child(shapes, reps, compile):
 
 def channel_first_table(reps, compile=True, shapes=CHANNEL_FIRST):
     """channel_first_child in a child process per allocator state; prints eager/ours, compile/ours, rows/ours."""
-    import subprocess
     print(f"\nchannel-first cross_entropy (N, C, d1..dK), float32, forward+backward, median of {reps}; "
           "rows = the transposed copy into rows of C")
     print(f"{'shape':20s} {'state':15s} {'eager ms':>9s} {'ours ms':>8s} {'eager/ours':>10s} {'compile/ours':>12s} "
           f"{'rows/ours':>9s}")
-    res = {}
-    for state, env in STATES.items():
-        cmd = [sys.executable, "-c", "import json, sys; from autogen import bench; "
-               "print(json.dumps(bench.channel_first_child(*json.loads(sys.argv[1]))))",
-               json.dumps([shapes, reps, compile])]
-        run = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True, check=True)
-        res[state] = json.loads(run.stdout.strip().splitlines()[-1])
+    res = {state: in_child("channel_first_child", [shapes, reps, compile], env) for state, env in STATES.items()}
     for k, shape in enumerate(shapes):
         for state in STATES:
             r = res[state][k]

@@ -15,7 +15,6 @@ import argparse
 import inspect
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -87,13 +86,9 @@ def main(argv=None):
     ap.add_argument("names", nargs="*")
     args = ap.parse_args(argv)
     names = args.names or candidates()
-    settings = []
-    for threads in sorted({1, torch.get_num_threads()}):
-        for state, env in bench.STATES.items():
-            cmd = [sys.executable, os.path.abspath(__file__), "--child",
-                   json.dumps([names, list(SIZES), args.reps, threads])]
-            res = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True, check=True)
-            settings.append((f"{threads}t {state}", json.loads(res.stdout.strip().splitlines()[-1])))
+    settings = [(f"{threads}t {state}", bench.child_json([sys.executable, os.path.abspath(__file__), "--child",
+                                                          json.dumps([names, list(SIZES), args.reps, threads])], env))
+                for threads, state, env in bench.settings()]
     print(f"in place with a gradient, float32: eager / ours (>1: ours is faster), per setting "
           f"({', '.join(s for s, _ in settings)})")
     table = {}
