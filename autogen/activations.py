@@ -430,8 +430,7 @@ def prelu(input, weight):
     if weight.numel() == 1:
         x = _stored(input, cdt).contiguous()
         prob = Problem(graph("prelu", "scalar"), x.numel(), 0, 0, cdt, {})
-        w = _stored(weight, cdt)
-        w = w if w.shape == (1,) else w.reshape(1)  # a reshape to its own shape is a node more
+        w = shaped(_stored(weight, cdt), (1,))  # a reshape to its own shape is a node more
         return shaped(execute(prob, [x, w], True), input.shape).to(input.dtype)
     if input.dim() == 0:
         raise RuntimeError("Not allow zero-dim input tensor.")

@@ -448,12 +448,7 @@ class MaskedEngine:
         if kernel is None:
             kernel = self.kernels[with_mask, x.dtype] = _masked_forward(self.F, _OP[self.prob.graph.name], with_mask,
                                                                         *_io(x.dtype))
-        if x.dtype in _LOAD:  # x's shape on the pool's memory, not a view of it: the caller may change it in place
-            flat = pooled(n, x.dtype)
-            out = torch.empty(0, dtype=x.dtype).set_(flat.untyped_storage(), 0, x.shape)
-            oa = _flat_np(flat)
-        else:
-            out, oa = pooled_flat(x)  # a tensor of its own over a numpy array: not a view either
+        out, oa = pooled_flat(x)  # x's shape, not a view of the pool's memory: the caller may change it in place
         if with_mask:
             nbytes = _mask_bytes(n)
             ma = _out_array(nbytes, np.uint8, nbytes)
