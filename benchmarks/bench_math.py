@@ -2,10 +2,10 @@
 
 Each of autogen.mathlib's functions (what every generated and handwritten kernel calls: exp, expm1, log,
 log1p, log1pexp, tanh, sigmoid, erf) in a numba loop over a cache-resident array, with the kernels' own
-compile flags, against torch's op for the same function writing into a preallocated output (`out=`), both
-on one thread (torch.set_num_threads(1); CPU time of the thread), float32 and float64. A ratio over 1:
-ours is faster. Kernel math that is slower than ATen's here makes a nonlinearity or loss built on it slower
-than eager however few passes over memory it saves.
+compile flags, and gelu's kernels (their own float32 erf), against torch's op for the same function writing
+into a preallocated output (`out=`), both on one thread (torch.set_num_threads(1); CPU time of the thread),
+float32 and float64. A ratio over 1: ours is faster. Kernel math that is slower than ATen's here makes a
+nonlinearity or loss built on it slower than eager however few passes over memory it saves.
 
 Run: `python benchmarks/bench_math.py [--elems 64K] [--reps 7] [--dtypes float32,float64] [fn ...]`
 """
@@ -33,7 +33,26 @@ FUNCTIONS = {
     "tanh": (lambda x, out: torch.tanh(x, out=out), (-5.0, 5.0)),
     "sigmoid": (lambda x, out: torch.sigmoid(x, out=out), (-10.0, 10.0)),
     "erf": (lambda x, out: torch.special.erf(x, out=out), (-4.0, 4.0)),
+    # gelu's kernels bring their own float32 erf: torch's float32 gelu (oneDNN's) against them, forward and
+    # backward (grad_output 1)
+    "gelu": (lambda x, out: _nn.gelu(x, out=out), (-6.0, 6.0)),
+    "gelu_backward": (lambda x, out: torch.ops.aten.gelu_backward.grad_input(torch.ones_like(x), x, grad_input=out),
+                      (-6.0, 6.0)),
 }
+
+
+def _gelu(backward):
+    """x -> out through the gelu kernel (backward: its gradient for grad_output 1)."""
+    from kernels.nonlinear import _gelu_kernels
+
+    def loop(x, out):
+        kernel = _gelu_kernels(x.dtype.type, False)[backward]
+        blocks = -(-x.size // (1 << 14))
+        if backward:
+            kernel(0, blocks, x, np.ones_like(x), out)
+        else:
+            kernel(0, blocks, x, out)
+    return loop
 
 
 def _loop(fn):
@@ -63,7 +82,7 @@ def measure(name, dtype, n, reps, number=None):
     g = torch.Generator().manual_seed(0)
     x = torch.rand(n, generator=g, dtype=torch.float64).mul_(hi - lo).add_(lo).to(dtype)
     ref, out = torch.empty_like(x), torch.empty_like(x)
-    loop = _loop(getattr(mathlib, name))
+    loop = _gelu(name == "gelu_backward") if name.startswith("gelu") else _loop(getattr(mathlib, name))
     xa, oa = x.numpy(), out.numpy()
     loop(xa, oa)
     op(x, ref)
@@ -87,11 +106,11 @@ def main():
     torch.set_num_threads(1)
     print(f"mathlib against ATen, one thread, {n} elements (cache-resident), ns an element (CPU time of the thread); "
           f"torch/ours > 1: ours is faster; diff: largest |ours - torch| / max(|torch|, 1)")
-    print(f"{'function':10s} {'dtype':8s} {'torch':>7s} {'ours':>7s} {'torch/ours':>10s} {'diff':>9s}")
+    print(f"{'function':13s} {'dtype':8s} {'torch':>7s} {'ours':>7s} {'torch/ours':>10s} {'diff':>9s}")
     for name in names:
         for dt in dtypes:
             theirs, ours, err = measure(name, getattr(torch, dt), n, reps)
-            print(f"{name:10s} {dt:8s} {theirs:7.3f} {ours:7.3f} {theirs / ours:10.2f} {err:9.1e}", flush=True)
+            print(f"{name:13s} {dt:8s} {theirs:7.3f} {ours:7.3f} {theirs / ours:10.2f} {err:9.1e}", flush=True)
 
 
 if __name__ == "__main__":
