@@ -365,13 +365,19 @@ def nonlinearity_states(names, n, reps, modes, threads=None):
     """nonlinearity_child in a child process per allocator state; prints the table, returns the rows."""
     threads = threads or torch.get_num_threads()
     out = {state: in_child("nonlinearity_child", [names, n, reps, modes, threads], env) for state, env in STATES.items()}
+    return print_states(names, n, modes, threads, out)
+
+
+def print_states(names, n, modes, threads, out):
+    """Print the table of nonlinearity_child's results per allocator state (`out`); return its rows."""
     print(f"\nnonlinearities, ~{_size_label(n)} elements float32, {threads} thread(s) "
           f"({'CPU time of the thread' if threads == 1 else 'wall time'}), two allocator states "
           f"(no page faults: glibc's "
           f"{' and '.join(NO_PAGE_FAULTS)} = {NO_PAGE_FAULTS['MALLOC_MMAP_THRESHOLD_']} in a child process); "
           f"eager/ours per mode (med = policy medium; kernel = medium's kernel at every size, its size table off: "
           f"handwritten, else generated; aggr = aggressive: generated); saved MB = what autograd keeps "
-          f"for backward; {TORCH_LEGEND}")
+          f"for backward; {TORCH_LEGEND}; {TORCH_MARK} spread: the lowest and highest marked ratio, eager's kernel "
+          f"against itself, so the resolution of this run")
     cols = [(state, mode, v) for state in STATES for mode in modes for v in ("default", "ours", "autogen")]
     label = {"default": "med", "ours": "kernel", "autogen": "aggr"}
     print(f"{'':14s}{'saved MB':^{7 * len(NL_STATE_VARIANTS)}s}  "
@@ -402,6 +408,11 @@ def nonlinearity_states(names, n, reps, modes, threads=None):
         f"{sum(r < 1 and not t for r, t in zip(ratios[c], on_torch[c])):14d}" for c in cols))
     marked = f"{TORCH_MARK} (torch's op)"
     print(f"{marked:{pad}s}  " + "  ".join(f"{sum(on_torch[c]):14d}" for c in cols))
+    # the marked rows time eager's kernel against itself: their spread is how far this run's interleaving and
+    # allocator alone move a ratio
+    spread = [[r for r, t in zip(ratios[c], on_torch[c]) if t] for c in cols]
+    print(f"{TORCH_MARK + ' spread':{pad}s}  " + "  ".join(
+        f"{f'{min(s):.2f}-{max(s):.2f}':>14s}" if s else f"{'':14s}" for s in spread))
     return rows
 
 

@@ -230,6 +230,23 @@ def test_cli_bench_custom_times_the_whole_corpus(tmp_path):
     assert "geometric mean: eager/fused" in out.stdout
 
 
+def test_states_table_prints_the_spread_of_the_marked_rows(capsys):
+    """The nonlinearity table's '* spread' line: per column, the lowest and highest ratio among the rows where
+    medium ran torch's op (eager's kernel against itself), blank where no row is marked."""
+    from autogen import bench
+
+    def row(name, default_ms, on_torch):
+        r = {"name": name, "size": 8, f"fwd+bwd default on torch's op": on_torch}
+        r.update({f"{v}_saved_bytes": 0 for v in bench.NL_STATE_VARIANTS})
+        r.update({"fwd+bwd eager_ms": 1.0, "fwd+bwd default_ms": default_ms, "fwd+bwd ours_ms": 0.5,
+                  "fwd+bwd autogen_ms": 0.5})
+        return r
+    out = {state: [row("relu", 1.25, True), row("elu", 0.5, False), row("gelu", 0.8, True)] for state in bench.STATES}
+    bench.print_states(["relu", "elu", "gelu"], 8, ["fwd+bwd"], 1, out)
+    spread = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("* spread"))
+    assert spread.split()[2:] == ["0.80-1.25", "0.80-1.25"]
+
+
 def test_bench_tables_mark_the_rows_medium_hands_to_torch(monkeypatch):
     """The nonlinearity and dtype tables say where policy medium ran torch's own op (eager's kernel on both sides
     of the ratio): relu with a gradient at 64K (its size table never sends it to ours), mse_loss below its size
