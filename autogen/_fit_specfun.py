@@ -1,4 +1,5 @@
-"""Regenerates the polynomial coefficients of autogen.specfun (needs mpmath; not imported at run time).
+"""Regenerates the polynomial coefficients of autogen.specfun, and the rational erf of gelu's float32 kernels
+(kernels/nonlinear.py), needs mpmath; not imported at run time.
 
     python -m autogen._fit_specfun
 
@@ -52,6 +53,27 @@ def lgamma_series():
     return [float(c) for c in _chebyshev(lambda u: mp.loggamma(u + 2) / ((u + 1) * u), 64, 30)]
 
 
+def gelu_erf_rational(top=3.832506856900711, n_p=5, n_q=6, rounds=80):
+    """erf(x) ~ x P(x^2) / Q(x^2) on [0, top] (erf rounds to 1 in float32 beyond), P(0) = 2/sqrt(pi), Q(0) = 1:
+    linearized least squares (f Q = x P), reweighted by the last Q and by each point's error toward an equal
+    ripple. (P, Q) lowest degree first."""
+    import math
+
+    import numpy as np
+    x = np.unique(np.concatenate([np.linspace(0, top, 8000), top * (1 - np.cos(np.linspace(0, np.pi / 2, 4000)))]))
+    f, t = np.array([float(mp.erf(v)) for v in x]), x * x
+    p0, w, q_prev = 2 / math.sqrt(math.pi), np.ones_like(x), np.ones_like(x)
+    for _ in range(rounds):
+        cols = [x * t ** i for i in range(1, n_p)] + [-f * t ** j for j in range(1, n_q + 1)]
+        a = np.stack(cols, 1) / q_prev[:, None] * w[:, None]
+        sol = np.linalg.lstsq(a, (f - p0 * x) / q_prev * w, rcond=None)[0]
+        p, q = np.concatenate([[p0], sol[:n_p - 1]]), np.concatenate([[1.0], sol[n_p - 1:]])
+        q_prev = np.polyval(q[::-1], t)
+        err = np.abs(x * np.polyval(p[::-1], t) / q_prev - f)
+        w = w * (1 + 0.5 * err / err.max())
+    return [float(c) for c in p], [float(c) for c in q]
+
+
 if __name__ == "__main__":
     print("_ATAN_P =", odd(mp.atan, (mp.mpf(7) / 16) ** 2, 10))
     print("_ASIN_P =", odd(mp.asin, mp.mpf(1) / 4, 12))
@@ -61,3 +83,6 @@ if __name__ == "__main__":
     print("_DIGAMMA_CHEB (c_0 first) =", cheb)
     print("_DIGAMMA_X0 =", (float(x0), float(x0 - float(x0))))
     print("_LGAMMA_CHEB (c_0 first) =", lgamma_series())
+    erf_p, erf_q = gelu_erf_rational()
+    print("kernels.nonlinear _ERF_P =", erf_p)
+    print("kernels.nonlinear _ERF_Q =", erf_q)

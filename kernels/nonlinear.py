@@ -48,14 +48,14 @@ _BETA = math.sqrt(2.0) * (2.0 / math.sqrt(math.pi)) * 0.5   # M_SQRT2 * M_2_SQRT
 _KAPPA = 0.044715
 
 
-# float32 erf for gelu: x P(x^2) / Q(x^2), +-1 from |x| = 3.8325 (where erf rounds to 1), fitted to erf
-# (benchmarks/bench_math.py's gelu rows). Half mathlib.erf's work: torch's float32 gelu (oneDNN's) is
-# faster than a kernel on mathlib.erf, and itself approximate; test_gelu_float32_error holds this one to
-# torch's own error against float64.
-_ERF_P = (1.1283791670955126, 0.18642227281775728, 0.051118091887662996, 0.003459935986566801,
-          0.00023025713840775698)
-_ERF_Q = (1.0, 0.4985449753260774, 0.11148827137678886, 0.014175107440506082, 0.0010303894794239273,
-          2.355307667494731e-05, -1.1719989980767789e-07)
+# float32 erf for gelu: x P(x^2) / Q(x^2), +-1 from |x| = 3.8325 (where erf rounds to 1), fitted to erf by
+# autogen._fit_specfun.gelu_erf_rational. Half mathlib.erf's work: torch's float32 gelu (oneDNN's) is faster
+# than a kernel on mathlib.erf, and itself approximate; test_gelu_float32_error holds this one to torch's own
+# error against float64 (bench_math.py's gelu rows time both).
+_ERF_P = (1.1283791670955126, 0.1864222727974315, 0.05111809188463647, 0.003459935985812891,
+          0.00023025713839967403)
+_ERF_Q = (1.0, 0.49854497530852504, 0.11148827136819789, 0.014175107438653129, 0.001030389479287154,
+          2.35530766750589e-05, -1.1719989980607952e-07)
 _ERF_ONE = 3.832506856900711
 
 

@@ -115,6 +115,16 @@ def test_gelu_float32_error(every_size):
     for ours, theirs, exact in ((y, yt, y64), (g, gt, g64)):
         assert (ours.double() - exact).abs().max() <= (theirs.double() - exact).abs().max()
 
+
+def test_gelu_erf_coefficients_are_the_fit():
+    """kernels.nonlinear's rational erf is what autogen._fit_specfun fits (in float32, the kernel's precision)."""
+    import numpy as np
+
+    from autogen._fit_specfun import gelu_erf_rational
+    from autogen.kernels import nonlinear
+    p, q = gelu_erf_rational()
+    assert [np.float32(c) for c in p + q] == [np.float32(c) for c in nonlinear._ERF_P + nonlinear._ERF_Q]
+
 def _saved(fn, *args):
     """Bytes autograd saves for backward in one call."""
     total = [0]
