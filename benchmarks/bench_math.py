@@ -43,7 +43,7 @@ FUNCTIONS = {
 
 def _gelu(backward):
     """x -> out through the gelu kernel (backward: its gradient for grad_output 1)."""
-    from kernels.nonlinear import _gelu_kernels
+    from autogen.kernels.nonlinear import _gelu_kernels
 
     def loop(x, out):
         kernel = _gelu_kernels(x.dtype.type, False)[backward]
