@@ -10,6 +10,7 @@ prange for inputs large enough to pay for threads: that variant compiles ~4x slo
 against 0.5 s), so only large inputs ever build it.
 """
 import hashlib
+import uuid
 
 import jinja2
 import numba
@@ -32,6 +33,43 @@ _BLOCK = 1 << 14  # elements per block for losses without rows
 # numba's cache does not see changes to inlined helpers: the math library's hash goes into every kernel
 _MATHLIB = hashlib.sha1(b"".join(resources.files("autogen").joinpath(f).read_bytes()
                                   for f in ("mathlib.py", "specfun.py"))).hexdigest()[:12]
+
+
+# numba.njit's options for the handwritten kernels. fastmath as a dict in a fixed order: a set pickles in the
+# order of its strings' hashes, which differs per process, and a captured helper's options are part of the
+# pickle that keys a cached kernel (stable_key)
+CACHED_JIT = dict(nogil=True, fastmath=dict.fromkeys(sorted(KERNEL_FASTMATH), True), error_model="numpy", cache=True)
+
+
+def stable_key(kernel):
+    """`kernel` (a cached numba closure: njit(cache=True) inside a factory) keyed alike in every process. numba
+    keys such a kernel's cache entry by the pickle of its closure's cells, and a dispatcher or intrinsic among
+    them (a load/store function, an inlined helper) pickles with its uuid, a fresh uuid4 per process: the kernel
+    then missed the cache in every process, compiled again and added an entry. Each one it captures, and theirs,
+    gets a uuid derived from what it is (its function's name and its own cells) before anything pickles it."""
+    _fix_uuid(kernel)
+    return kernel
+
+
+def _fix_uuid(obj):
+    """obj's uuid, set from its identity first if it has none yet."""
+    fn = getattr(obj, "py_func", None) or getattr(obj, "_defn", None)  # a dispatcher's function, an intrinsic's
+    if not any(k.endswith("__uuid") and v is not None for k, v in vars(obj).items()):
+        cells = fn.__closure__ or ()
+        desc = "|".join([f"{fn.__module__}.{fn.__qualname__}"] + [_identity(c.cell_contents) for c in cells])
+        obj._set_uuid(str(uuid.uuid5(uuid.NAMESPACE_OID, desc)))
+    return obj._uuid
+
+
+def _identity(value):
+    """A closure cell's value as text that is the same in every process."""
+    if hasattr(value, "_set_uuid"):  # not hasattr(value, "_uuid"): that property makes a random one
+        return _fix_uuid(value)
+    if isinstance(value, (tuple, list)):
+        return "(" + ",".join(_identity(v) for v in value) + ")"
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"{getattr(value, '__module__', '')}.{value.__qualname__}"
+    return f"{type(value).__name__}:{value!r}"
 
 
 _CODEGEN_REV = "10"  # part of every kernel's key: bump when the same graph renders differently

@@ -479,7 +479,8 @@ def maxnum(typingctx, a, b):
 
 # -- bfloat16 and float16 storage: kernels read and write their 16 bits (as uint16 arrays) and compute
 # in float32; a value is rounded once, to nearest even, when stored
-_I16, _I32, _F32 = ir.IntType(16), ir.IntType(32), ir.FloatType()
+# (llvmlite types made in each codegen, not read from module globals: a cached kernel's key pickles these
+# intrinsics with the globals they read, and an ir type pickles differently once it has been used)
 
 
 @intrinsic
@@ -487,7 +488,8 @@ def widen_bf16(typingctx, u):
     """The float32 of bfloat16 bits: its 16 bits on top of a zero low half."""
     if isinstance(u, types.Integer) and u.bitwidth == 16:
         def codegen(context, builder, sig, args):
-            return builder.bitcast(builder.shl(builder.zext(args[0], _I32), ir.Constant(_I32, 16)), _F32)
+            i32 = ir.IntType(32)
+            return builder.bitcast(builder.shl(builder.zext(args[0], i32), ir.Constant(i32, 16)), ir.FloatType())
         return types.float32(u), codegen
 
 
@@ -497,14 +499,14 @@ def narrow_bf16(typingctx, x):
     past the largest finite one becomes inf); a NaN stays a quiet NaN."""
     if x == types.float32:
         def codegen(context, builder, sig, args):
-            v = args[0]
-            b = builder.bitcast(v, _I32)
-            hi = builder.lshr(b, ir.Constant(_I32, 16))
-            lsb = builder.and_(hi, ir.Constant(_I32, 1))
-            rounded = builder.lshr(builder.add(builder.add(b, ir.Constant(_I32, 0x7FFF)), lsb), ir.Constant(_I32, 16))
-            quiet = builder.or_(hi, ir.Constant(_I32, 0x40))
+            v, i32 = args[0], ir.IntType(32)
+            b = builder.bitcast(v, i32)
+            hi = builder.lshr(b, ir.Constant(i32, 16))
+            lsb = builder.and_(hi, ir.Constant(i32, 1))
+            rounded = builder.lshr(builder.add(builder.add(b, ir.Constant(i32, 0x7FFF)), lsb), ir.Constant(i32, 16))
+            quiet = builder.or_(hi, ir.Constant(i32, 0x40))
             nan = builder.fcmp_unordered("uno", v, v)
-            return builder.trunc(builder.select(nan, quiet, rounded), _I16)
+            return builder.trunc(builder.select(nan, quiet, rounded), ir.IntType(16))
         return types.uint16(x), codegen
 
 
@@ -513,7 +515,7 @@ def widen_f16(typingctx, u):
     """The float32 of float16 bits (LLVM's fpext: F16C's vcvtph2ps where the CPU has it)."""
     if isinstance(u, types.Integer) and u.bitwidth == 16:
         def codegen(context, builder, sig, args):
-            return builder.fpext(builder.bitcast(args[0], ir.HalfType()), _F32)
+            return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
         return types.float32(u), codegen
 
 
@@ -523,7 +525,7 @@ def narrow_f16(typingctx, x):
     float32 only (from float64 LLVM calls a runtime function numba does not link)."""
     if x == types.float32:
         def codegen(context, builder, sig, args):
-            return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), _I16)
+            return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
         return types.uint16(x), codegen
 
 

@@ -13,12 +13,12 @@ import torch
 from numba import njit
 
 from autogen import mathlib
-from autogen.codegen import _MATHLIB
+from autogen.codegen import _MATHLIB, CACHED_JIT, stable_key
 from autogen.executor import pooled_like, split_run
 from autogen.ir import ELEM
 from autogen.primitives import PRIMS
 
-_JIT = dict(nogil=True, fastmath=mathlib.KERNEL_FASTMATH, error_model="numpy", cache=True)
+_JIT = CACHED_JIT
 _BLOCK = 1 << 14  # sum_all: elements per float64 partial (fixed, so the result is thread-count independent)
 _FLOATS = (torch.float32, torch.float64)
 
@@ -27,6 +27,7 @@ BINARY = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": 
 
 
 def _unary_kernel(op, salt=_MATHLIB):
+    @stable_key
     @njit(**_JIT)
     def kernel(lo, hi, a, out):
         salt  # noqa: B018 - in the closure only, to key numba's cache on mathlib
@@ -37,6 +38,7 @@ def _unary_kernel(op, salt=_MATHLIB):
 
 
 def _binary_kernel(op, salt=_MATHLIB):
+    @stable_key
     @njit(**_JIT)
     def kernel(lo, hi, a, b, out):
         salt  # noqa: B018

@@ -19,9 +19,9 @@ import torch
 from numba import njit
 
 from autogen import mathlib
-from autogen.codegen import _MATHLIB
+from autogen.codegen import _MATHLIB, CACHED_JIT, stable_key
 
-_JIT = dict(nogil=True, fastmath=mathlib.KERNEL_FASTMATH, error_model="numpy", cache=True)
+_JIT = CACHED_JIT
 NP = {torch.float32: np.float32, torch.float64: np.float64}
 
 
@@ -32,6 +32,7 @@ def ce_rows(F, want_grad, smoothing, capped, zloss, bf16=False, salt=_MATHLIB):
     bits (uint16) of bfloat16 logits; each row is widened into a float32 scratch row (a shift: a
     bfloat16 is the top half of a float32), computed there, and its gradient rounded back to
     bfloat16 (to nearest even) in place, so the chunk needs no float32 copy."""
+    @stable_key
     @njit(**_JIT)
     def rows(lo, hi, x, C, t, ignore, f, eps, zl, cap, loss, lse_out):
         salt  # noqa: B018 - in the closure only, to key numba's cache on mathlib

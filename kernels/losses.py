@@ -19,16 +19,17 @@ from numba import njit
 
 from autogen import decompositions as D
 from autogen import mathlib
-from autogen.codegen import _MATHLIB
+from autogen.codegen import _MATHLIB, CACHED_JIT, stable_key
 from autogen.executor import _ZERO, _flat_np, host, pooled_flat, scale_grads, split_run
 from autogen.ir import SCALAR
 from autogen.policies import note
 
-_JIT = dict(nogil=True, fastmath=mathlib.KERNEL_FASTMATH, error_model="numpy", cache=True)
+_JIT = CACHED_JIT
 _BLOCK = 1 << 14  # elements per block (one float64 partial each)
 _NP = {torch.float32: np.float32, torch.float64: np.float64}
 
 
+@stable_key
 @njit(inline="always")
 def _same(v):
     return v
@@ -59,6 +60,7 @@ def _ce_rows(F, want_grad, lx=_same, lw=_same, sg=None, salt=_MATHLIB):
     want_grad is a closure constant, not an argument: each variant keeps only its own loops. lx, lw: how
     x and w are read; sg: how a 16-bit gradient is stored (None: the gradient row holds the exps between
     the passes; a 16-bit row would round them, so that variant keeps them in a float32 row of its own)."""
+    @stable_key
     @njit(**_JIT)
     def rows(lo, hi, xa, xz, ta, R, w, ignore, C, rb, gscale, grad, part):
         salt  # noqa: B018 - in the closure only, to key numba's cache on mathlib
@@ -120,6 +122,7 @@ def _mse_kernel(F, want_x, want_t, lx=_same, ly=_same, sx=_same, sy=_same, salt=
     float64 sum's conversions that kernel was bound by arithmetic, not memory."""
     A = np.float32 if lx is ly and lx is not _same else np.float64
 
+    @stable_key
     @njit(**_JIT)
     def kernel(lo, hi, xa, xz, ya, yz, n, c, gx, gy, part):
         salt  # noqa: B018

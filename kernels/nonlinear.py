@@ -31,13 +31,13 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from autogen import mathlib
-from autogen.codegen import _MATHLIB
+from autogen.codegen import _MATHLIB, CACHED_JIT, stable_key
 from autogen.executor import _flat_np, _out_array, pooled, pooled_flat, pooled_like, split_run
 from autogen.policies import note
 
 from .losses import _LOAD, _STORE, _same
 
-_JIT = dict(nogil=True, fastmath=mathlib.KERNEL_FASTMATH, error_model="numpy", cache=True)
+_JIT = CACHED_JIT
 _BLOCK = 1 << 14  # elements per block
 _NP = {torch.float32: np.float32, torch.float64: np.float64}
 
@@ -96,6 +96,7 @@ def _gelu_kernels(F, tanh, ld=_same, st=_same, salt=_MATHLIB):
     SAT = F(8.664339742 if F is np.float32 else 18.714973875)
     erf = _erf(F)
 
+    @stable_key
     @njit(**_JIT)
     def forward(lo, hi, x, out):
         salt  # noqa: B018
@@ -115,6 +116,7 @@ def _gelu_kernels(F, tanh, ld=_same, st=_same, salt=_MATHLIB):
                         y = NAN if v == INF else y
                 ys[i] = st(y)
 
+    @stable_key
     @njit(**_JIT)
     def backward(lo, hi, x, gout, grad):
         salt  # noqa: B018
@@ -149,6 +151,7 @@ def _silu_kernels(F, ld=_same, st=_same, salt=_MATHLIB):
     gradient NaN at +-inf) as torch's."""
     ONE = F(1.0)
 
+    @stable_key
     @njit(**_JIT)
     def forward(lo, hi, x, out):
         salt  # noqa: B018
@@ -159,6 +162,7 @@ def _silu_kernels(F, ld=_same, st=_same, salt=_MATHLIB):
                 v = ld(xs[i])
                 ys[i] = st(v / (ONE + mathlib.exp(-v)))
 
+    @stable_key
     @njit(**_JIT)
     def backward(lo, hi, x, gout, grad):
         salt  # noqa: B018
@@ -255,6 +259,7 @@ def _glu_kernels(F, ld=_same, st=_same, salt=_MATHLIB):
     length L; backward g * s into a's place and g * a * s * (1 - s) into b's (the generated kernel's order)."""
     ONE = F(1.0)
 
+    @stable_key
     @njit(**_JIT)
     def forward(lo, hi, x, out, L, nch):
         salt  # noqa: B018
@@ -264,6 +269,7 @@ def _glu_kernels(F, ld=_same, st=_same, salt=_MATHLIB):
             for j in range(m):
                 y[j] = st(ld(a[j]) * mathlib.sigmoid(ld(b[j])))
 
+    @stable_key
     @njit(**_JIT)
     def backward(lo, hi, x, gout, grad, L, nch):
         salt  # noqa: B018
@@ -395,6 +401,7 @@ def _masked_forward(F, op, with_mask, ld=_same, st=_same, salt=_MATHLIB):
         t = v + THREE  # HARDSIGMOID: clamp(x + 3, 0, 6) / 6, gradient strictly inside (-3, 3)
         return (SIX if t > SIX else (ZERO if t < ZERO else t)) / SIX, (v > -THREE) & (v < THREE)
 
+    @stable_key
     @njit(**_JIT)
     def forward(lo, hi, x, out, mask, a, b):
         salt  # noqa: B018
@@ -421,6 +428,7 @@ def _masked_backward(F, zero_off, ld=_same, st=_same, salt=_MATHLIB):
     """grad = g * on where the mask bit is set, else g * off (0, not 0 * g, when off is 0: g may be inf)."""
     ZERO = F(0.0)
 
+    @stable_key
     @njit(**_JIT)
     def backward(lo, hi, gout, mask, grad, on, off):
         salt  # noqa: B018

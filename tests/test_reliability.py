@@ -156,6 +156,47 @@ def test_processes_fill_one_cold_cache(tmp_path):
     assert not any(f.startswith(".tmp-") for f in files)  # no half-written file left behind
 
 
+# the handwritten kernels (closures over their options, load/store functions and inlined helpers) of every
+# family, in float32 and bfloat16; prints the cache hits and misses of those numba compiled in this process
+HANDWRITTEN = r"""
+import gc, json, torch, autogen
+from autogen import functional as AF, activations
+from numba.core.dispatcher import Dispatcher
+activations.FASTER_FROM = activations.FASTER_FROM_BF16 = activations.FASTER_FROM_F16 = None
+torch.manual_seed(0)
+for dt in (torch.float32, torch.bfloat16):
+    x = torch.randn(64, 300, dtype=dt, requires_grad=True)
+    t = torch.randint(0, 300, (64,))
+    w = torch.randn(48, 300, dtype=dt)
+    with autogen.policy("medium"):
+        for f in (AF.relu, AF.gelu, lambda v: AF.gelu(v, approximate="tanh"), AF.silu, AF.glu, AF.hardtanh,
+                  lambda v: AF.leaky_relu(v, 0.1), lambda v: AF.mse_loss(v, torch.zeros_like(v)),
+                  lambda v: AF.cross_entropy(v, t), lambda v: AF.linear_cross_entropy(v, w, t % 48),
+                  lambda v: AF.l1_loss(v, torch.ones_like(v), use_autogen=False)):
+            f(x).sum().backward()
+counts = {"hits": 0, "misses": 0}
+for d in gc.get_objects():
+    if isinstance(d, Dispatcher) and d.py_func.__module__.startswith("autogen.kernels"):
+        counts["hits"] += sum(d.stats.cache_hits.values())
+        counts["misses"] += sum(d.stats.cache_misses.values())
+print(json.dumps(counts))
+"""
+
+
+def test_handwritten_kernels_load_from_the_cache_in_a_new_process(tmp_path):
+    """A second process finds every handwritten kernel the first one compiled in numba's cache. Their closures
+    hold functions whose pickle (numba's cache key) carried a fresh uuid per process, and option sets in hash
+    order: every process compiled them all again and added cache entries (codegen.stable_key)."""
+    import json
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "numba"), "AUTOGEN_CACHE_DIR": str(tmp_path / "autogen")}
+    runs = []
+    for _ in range(2):
+        proc = child(HANDWRITTEN, env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert runs[0]["misses"] >= 20 and runs[1] == {"hits": runs[0]["misses"], "misses": 0}, runs
+
+
 def test_a_failing_kernel_falls_back_once_or_raises_in_strict_mode(monkeypatch):
     from autogen import executor
 
