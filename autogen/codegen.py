@@ -47,14 +47,15 @@ def stable_key(kernel):
     them (a load/store function, an inlined helper) pickles with its uuid, a fresh uuid4 per process: the kernel
     then missed the cache in every process, compiled again and added an entry. Each one it captures, and theirs,
     gets a uuid derived from what it is (its function's name and its own cells) before anything pickles it."""
-    _fix_uuid(kernel)
+    if hasattr(kernel, "_set_uuid"):  # (numba's serialization internals: where absent, the cache just misses)
+        _fix_uuid(kernel)
     return kernel
 
 
 def _fix_uuid(obj):
     """obj's uuid, set from its identity first if it has none yet."""
     fn = getattr(obj, "py_func", None) or getattr(obj, "_defn", None)  # a dispatcher's function, an intrinsic's
-    if not any(k.endswith("__uuid") and v is not None for k, v in vars(obj).items()):
+    if fn is not None and not any(k.endswith("__uuid") and v is not None for k, v in vars(obj).items()):
         cells = fn.__closure__ or ()
         desc = "|".join([f"{fn.__module__}.{fn.__qualname__}"] + [_identity(c.cell_contents) for c in cells])
         obj._set_uuid(str(uuid.uuid5(uuid.NAMESPACE_OID, desc)))
