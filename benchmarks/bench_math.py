@@ -36,9 +36,19 @@ FUNCTIONS = {
     # gelu's kernels bring their own float32 erf: torch's float32 gelu (oneDNN's) against them, forward and
     # backward (grad_output 1)
     "gelu": (lambda x, out: _nn.gelu(x, out=out), (-6.0, 6.0)),
-    "gelu_backward": (lambda x, out: torch.ops.aten.gelu_backward.grad_input(torch.ones_like(x), x, grad_input=out),
+    "gelu_backward": (lambda x, out: torch.ops.aten.gelu_backward.grad_input(_ones(x), x, grad_input=out),
                       (-6.0, 6.0)),
 }
+_ONES = {}
+
+
+def _ones(x):
+    """A grad_output of ones like x (a tensor or an array), made once per kind, size and dtype: made per call,
+    its allocation would be timed with the op."""
+    key = (type(x), x.shape, str(x.dtype))
+    if key not in _ONES:
+        _ONES[key] = torch.ones_like(x) if isinstance(x, torch.Tensor) else np.ones_like(x)
+    return _ONES[key]
 
 
 def _gelu(backward):
@@ -49,7 +59,7 @@ def _gelu(backward):
         kernel = _gelu_kernels(x.dtype.type, False)[backward]
         blocks = -(-x.size // (1 << 14))
         if backward:
-            kernel(0, blocks, x, np.ones_like(x), out)
+            kernel(0, blocks, x, _ones(x), out)
         else:
             kernel(0, blocks, x, out)
     return loop
