@@ -440,6 +440,12 @@ def crossover_child(names, sizes, reps, dtype="float32", threads=1):
     return ratios
 
 
+def faster_from(sizes, wins):
+    """The smallest of `sizes` (ascending) from which wins(n) holds at every size up, None where at none."""
+    ok = [wins(n) for n in sizes]
+    return next((sizes[k] for k in range(len(sizes)) if all(ok[k:])), None)
+
+
 def crossovers(names, sizes=CROSSOVER_SIZES, reps=15, dtype="float32"):
     """The size from which ours measured faster than eager in both allocator states, on one thread and on torch's
     threads (a kernel that wins alone can lose beside torch's thread pool), at every size measured from there
@@ -450,9 +456,7 @@ def crossovers(names, sizes=CROSSOVER_SIZES, reps=15, dtype="float32"):
     for name in names:
         row = []
         for mode in MODES:
-            ok = [min(st[f"{name} {n} {mode}"] for st in states) >= 1.0 for n in sizes]
-            start = next((k for k in range(len(sizes)) if all(ok[k:])), None)
-            row.append(None if start is None else sizes[start])
+            row.append(faster_from(sizes, lambda n: min(st[f"{name} {n} {mode}"] for st in states) >= 1.0))
             print(f"{name:12s} {mode:8s} " + " ".join(f"{_size_label(n)}: " + "/".join(
                 f"{st[f'{name} {n} {mode}']:.2f}" for st in states) for n in sizes))
         table[name] = tuple(row)

@@ -93,14 +93,8 @@ def main(argv=None):
           f"({', '.join(s for s, _ in settings)})")
     table = {}
     for name in names:
-        cells, first = [], None
-        for n in reversed(SIZES):  # the smallest size from which every larger one wins everywhere
-            if all(r[f"{name} {n}"] > 1.0 for _, r in settings):
-                first = n
-            else:
-                break
-        for n in SIZES:
-            cells.append(f"{bench._size_label(n)}: " + "/".join(f"{r[f'{name} {n}']:.2f}" for _, r in settings))
+        first = bench.faster_from(SIZES, lambda n: all(r[f"{name} {n}"] > 1.0 for _, r in settings))
+        cells = [f"{bench._size_label(n)}: " + "/".join(f"{r[f'{name} {n}']:.2f}" for _, r in settings) for n in SIZES]
         print(f"{name:12s} " + "  ".join(cells))
         if first is not None:
             table[name] = first

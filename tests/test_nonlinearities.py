@@ -97,7 +97,6 @@ def test_handwritten_kernels_under_medium(name, every_size):
     assert {(c.op, c.path) for c in rec.calls} == {(name, "autogen")}
 
 
-
 def test_gelu_float32_error(every_size):
     """The float32 gelu kernel's own erf (a rational, not mathlib's) errs against float64 no more than torch's
     float32 gelu does, in value and gradient, over a dense grid and the tails."""
@@ -124,6 +123,7 @@ def test_gelu_erf_coefficients_are_the_fit():
     from autogen.kernels import nonlinear
     p, q = gelu_erf_rational()
     assert [np.float32(c) for c in p + q] == [np.float32(c) for c in nonlinear._ERF_P + nonlinear._ERF_Q]
+
 
 def _saved(fn, *args):
     """Bytes autograd saves for backward in one call."""
