@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test bench install clean
+.PHONY: test bench bench-smoke test-isa install clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,40 @@ bench: install
 	$(BIN)/python benchmarks/bench_crossover.py --fixed
 	$(BIN)/python benchmarks/bench_math.py
 	$(BIN)/python benchmarks/bench_inplace.py
+	$(BIN)/python benchmarks/bench_losses.py --train --load
+
+# Every benchmark entry point (each table, its child processes, the plot and the report) at small sizes, so that
+# a broken benchmark path fails CI; `make bench` times the same paths at full size.
+SMOKE ?= $(or $(TMPDIR),/tmp)/autogen-bench-smoke
+bench-smoke: install
+	$(BIN)/pip install -q --no-deps --force-reinstall . >/dev/null
+	$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/pip install -q 'matplotlib>=3.5'
+	rm -rf $(SMOKE) && mkdir -p $(SMOKE)
+	$(BIN)/python benchmarks/bench_losses.py --quick --elems 4096 --losses mse_loss cross_entropy \
+		--nonlinearities relu gelu --out $(SMOKE)
+	$(BIN)/python benchmarks/bench_losses.py --custom --quick --no-compile --elems 4096 --out $(SMOKE)
+	$(BIN)/python benchmarks/bench_losses.py --channel-first --quick --no-compile
+	cp README.md $(SMOKE)/README.md
+	$(BIN)/python benchmarks/bench_losses.py --report $(SMOKE)/performance.md --readme $(SMOKE)/README.md --out $(SMOKE)
+	cp autogen/thresholds.json $(SMOKE)/thresholds.json
+	$(BIN)/python benchmarks/bench_losses.py --crossovers --quick --sizes 1K,4K --nonlinearities relu gelu \
+		--write $(SMOKE)/thresholds.json
+	$(BIN)/python benchmarks/bench_crossover.py --sizes 1K,4K mse_loss SoftDice
+	$(BIN)/python benchmarks/bench_crossover.py --fixed --sizes 1K mse_loss
+	$(BIN)/python benchmarks/bench_math.py --elems 1K --reps 1 exp gelu
+	$(BIN)/python benchmarks/bench_inplace.py --reps 1 --sizes 1K mish
+	$(BIN)/python benchmarks/bench_compile.py mse_loss
+	$(BIN)/python benchmarks/bench_losses.py --train --quick --load --out $(SMOKE)
+
+# The tests of math functions and ISA-specific paths again, on an AVX2 target and on generic x86-64 (numba's
+# features and torch's capability both lowered), each with a kernel cache of its own.
+ISA_TESTS := test_mathlib.py test_nonlinearities.py test_low_precision.py
+test-isa: install
+	$(BIN)/pip install -q --no-deps --force-reinstall . >/dev/null
+	cd tests && NUMBA_CPU_NAME=haswell NUMBA_CPU_FEATURES=-avx512f ATEN_CPU_CAPABILITY=avx2 \
+		../$(BIN)/python -m pytest -p no:cacheprovider -n auto --dist loadfile $(ISA_TESTS)
+	cd tests && NUMBA_CPU_NAME=generic ATEN_CPU_CAPABILITY=default \
+		../$(BIN)/python -m pytest -p no:cacheprovider -n auto --dist loadfile $(ISA_TESTS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from . import inline
+from . import isa as _isa
 from . import ops as _ops
 from . import policies as _policy
 from .executor import (LossGraph, Problem, _capture, _differentiable, _transformed, execute, handwritten_for, observers,
@@ -154,48 +155,17 @@ NONLINEARITIES = _table(
 # Policy medium (and disabled) runs our kernel for a nonlinearity only from the size at which it measured
 # faster than torch's own op in both allocator states, on one thread and on torch's threads: name ->
 # (elements with a gradient, without), None where it was slower at some setting of every size measured.
-# Measured on float32 by `autogen bench --crossovers` (it prints this table), float64 following;
-# FASTER_FROM_BF16 and FASTER_FROM_F16 for 16-bit inputs (16-bit storage halves our kernels' bytes, while
-# torch's kernels differ per dtype), by `autogen bench --crossovers --dtype bfloat16` (float16; float32 and
-# bfloat16: the larger size of two runs where they differ). The 16-bit mask kernels, glu, prelu, silu and
-# hardswish (with a gradient) keep an earlier run's sizes: their kernels did not change since, and the
-# `--dtypes` table measured them slower than torch's op at 4M where one later run said faster. gelu's float32
-# and float16 sizes are from after its kernels took their own float32 erf (kernels.nonlinear._erf).
+# thresholds.json holds one set per instruction set (isa.kernel_isa: AVX-512, or AVX2 and below), each measured
+# on that instruction set by `autogen bench --crossovers [--dtype D] --write` (float64 follows float32; the
+# measurement history is in docs/performance.md). FASTER_FROM_INPLACE: in place with a gradient our path also
+# copies the input and the result back, so our kernel runs only from that size too (benchmarks/bench_inplace.py).
 # FASTER_FROM = None sends every size, in every dtype, to our kernel.
-FASTER_FROM = {
-    "relu": (None, None), "relu6": (None, None), "leaky_relu": (None, None), "elu": (1 << 18, 1 << 16),
-    "selu": (1 << 18, 1 << 16), "celu": (1 << 18, 1 << 16), "gelu": (1 << 20, 1 << 22), "silu": (None, None),
-    "mish": (1 << 16, 1 << 16), "sigmoid": (None, None), "tanh": (1 << 16, 1 << 16), "softplus": (None, 1 << 18),
-    "softsign": (1 << 16, 1 << 16), "logsigmoid": (1 << 20, 1 << 16), "hardtanh": (None, None),
-    "hardsigmoid": (None, None), "hardswish": (None, None), "hardshrink": (None, None), "softshrink": (None, None),
-    "tanhshrink": (1 << 16, 1 << 16), "threshold": (None, None), "prelu": (None, None), "glu": (1 << 22, None),
-}
-FASTER_FROM_BF16 = {
-    "relu": (None, None), "relu6": (None, 1 << 22), "leaky_relu": (None, None), "elu": (1 << 18, 1 << 16),
-    "selu": (1 << 18, 1 << 16), "celu": (1 << 18, 1 << 16), "gelu": (None, None), "silu": (None, None),
-    "mish": (1 << 16, 1 << 16), "sigmoid": (None, None), "tanh": (1 << 18, 1 << 16), "softplus": (1 << 20, 1 << 20),
-    "softsign": (1 << 16, 1 << 18), "logsigmoid": (None, 1 << 18), "hardtanh": (None, None),
-    "hardsigmoid": (None, None), "hardswish": (None, 1 << 20), "hardshrink": (None, None),
-    "softshrink": (1 << 22, 1 << 20), "tanhshrink": (1 << 18, 1 << 16), "threshold": (None, None),
-    "prelu": (1 << 18, None), "glu": (None, None),
-}
-FASTER_FROM_F16 = {
-    "relu": (None, None), "relu6": (None, None), "leaky_relu": (None, None), "elu": (1 << 18, 1 << 16),
-    "selu": (1 << 18, 1 << 16), "celu": (1 << 18, 1 << 16), "gelu": (1 << 18, 1 << 18), "silu": (None, None),
-    "mish": (1 << 16, 1 << 16), "sigmoid": (None, None), "tanh": (1 << 18, 1 << 16),
-    "softplus": (1 << 20, 1 << 18), "softsign": (1 << 16, 1 << 18), "logsigmoid": (1 << 20, 1 << 18),
-    "hardtanh": (None, 1 << 22), "hardsigmoid": (None, 1 << 20), "hardswish": (None, 1 << 22),
-    "hardshrink": (None, 1 << 22), "softshrink": (None, 1 << 20), "tanhshrink": (1 << 18, 1 << 16),
-    "threshold": (None, 1 << 22), "prelu": (1 << 18, None), "glu": (None, None),
-}
-
-
-# In place with a gradient our path also copies the input (the kernel keeps it for backward) and copies the
-# result back: two passes more than torch's in-place op. Policy medium then runs our kernel only from the
-# size here (and the size above), torch's op for a name not here. Measured by benchmarks/bench_inplace.py
-# (it prints this table) on float32, for the ops whose torch function takes `inplace` and whose size above
-# is finite; the 16-bit dtypes follow.
-FASTER_FROM_INPLACE = {"mish": 1 << 16}
+THRESHOLDS_ISA = _isa.kernel_isa()
+_TABLES = _isa.load_thresholds()[THRESHOLDS_ISA]
+FASTER_FROM = {name: tuple(v) for name, v in _TABLES["float32"].items()}
+FASTER_FROM_BF16 = {name: tuple(v) for name, v in _TABLES["bfloat16"].items()}
+FASTER_FROM_F16 = {name: tuple(v) for name, v in _TABLES["float16"].items()}
+FASTER_FROM_INPLACE = dict(_TABLES["inplace"])
 
 
 def _limit(name, dtype, grad, inplace):
@@ -269,6 +239,12 @@ def _stored(t, cdt):
     return t if t.dtype in _LOW16 or t.dtype is cdt else t.to(cdt)
 
 
+def _torch_fn(name, input, inplace, variant, options):
+    """torch.nn.functional's op for the call."""
+    kw = dict(options, **({"approximate": variant} if variant is not None else {}))
+    return getattr(torch.nn.functional, name)(input, **kw, **({"inplace": True} if inplace else {}))
+
+
 def _as_op(name, input, inplace, variant, options):
     """The call as one autogen::call operator (torch.compile, torch.export, fake and meta tensors);
     in place, the operator's result copied into the input."""
@@ -297,14 +273,15 @@ def run(name, input, inplace=False, variant=None, **options):
                 options["inplace"] = True
             return getattr(torch.nn.functional, name)(input, **options)
     if _ops.compiling():
+        if _calm[0] and FASTER_FROM is not None:  # medium or disabled (Dynamo guards on the flag): torch's op,
+            # which Inductor fuses with its neighbours; our operator would be a fusion boundary in the graph
+            return _torch_fn(name, input, inplace, variant, options)
         return _as_op(name, input, inplace, variant, options)
     tracing = _tracing()
     if tracing and (inplace or not inline.active()):  # torch's op, traced (an in-place op stays one)
-        kw = dict(options, **({"approximate": variant} if variant is not None else {}))
-        return getattr(torch.nn.functional, name)(input, **kw, **({"inplace": True} if inplace else {}))
+        return _torch_fn(name, input, inplace, variant, options)
     if isinstance(input, torch.Tensor) and not input.is_floating_point():  # torch's result or torch's error
-        kw = dict(options, **({"approximate": variant} if variant is not None else {}))
-        return getattr(torch.nn.functional, name)(input, **kw, **({"inplace": True} if inplace else {}))
+        return _torch_fn(name, input, inplace, variant, options)
     if (input.is_meta or type(input) is not _Tensor and _ops.symbolic(input)) and not tracing:  # no data
         return _as_op(name, input, inplace, variant, options)
     reason = None if tracing else _torch_faster(name, input, inplace=inplace)
@@ -412,6 +389,8 @@ def _run_masked(engine, input, x, inplace):
 
 def prelu(input, weight):
     """torch.nn.functional.prelu: one weight, or one per channel (dim 1)."""
+    if _ops.compiling() and _calm[0] and FASTER_FROM is not None:  # torch's op for Inductor to fuse (run())
+        return torch.nn.functional.prelu(input, weight)
     if _ops.compiling() or not _tracing() and _ops.symbolic(input, weight):
         return _ops.nonlinearity("prelu", [input, weight], {})
     if torch.is_autocast_enabled("cpu"):  # prelu is on autocast's lower-precision list
@@ -460,6 +439,8 @@ def prelu(input, weight):
 
 
 def glu(input, dim=-1):
+    if _ops.compiling() and _calm[0] and FASTER_FROM is not None:  # torch's op for Inductor to fuse (run())
+        return torch.nn.functional.glu(input, dim)
     if _ops.compiling() or not _tracing() and _ops.symbolic(input):
         return _ops.nonlinearity("glu", [input], {"dim": dim})
     if _tracing():

@@ -27,6 +27,7 @@ import torch.nn.functional as TF
 
 import autogen
 from autogen import functional as AF
+from autogen import isa as _isa
 from autogen.report import TORCH_LEGEND, TORCH_MARK
 
 
@@ -265,17 +266,30 @@ NO_PAGE_FAULTS = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD
 STATES = {"default": {}, "no page faults": NO_PAGE_FAULTS}
 
 
+class ChildError(RuntimeError):
+    """A benchmark child process failed; the message is its own stderr (the exception), not the command line."""
+
+
 def child_json(cmd, env):
     """The JSON that the child process `cmd` prints last, run with `env` (an allocator state's glibc settings)
-    added to this process's environment."""
-    res = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True, check=True)
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    added to this process's environment. A failed child raises ChildError with its stderr."""
+    res = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True)
+    lines = res.stdout.strip().splitlines()
+    if res.returncode or not lines:
+        raise ChildError(f"benchmark child process exited with {res.returncode}:\n{res.stderr.strip()}")
+    return json.loads(lines[-1])
+
+
+def python_c(code, *args):
+    """A command line running `code` with `python -c` on the installed package: -P keeps the working
+    directory (the repository root, whose autogen/ has no templates or kernels) off sys.path."""
+    return [sys.executable, "-P", "-c", code, *args]
 
 
 def in_child(child, args, env):
     """bench.<child>(*args) in a child process (child_json)."""
-    return child_json([sys.executable, "-c", "import json, sys; from autogen import bench; "
-                       f"print(json.dumps(bench.{child}(*json.loads(sys.argv[1]))))", json.dumps(args)], env)
+    return child_json(python_c("import json, sys; from autogen import bench; "
+                               f"print(json.dumps(bench.{child}(*json.loads(sys.argv[1]))))", json.dumps(args)), env)
 
 
 def settings():
@@ -446,17 +460,24 @@ def faster_from(sizes, wins):
     return next((sizes[k] for k in range(len(sizes)) if all(ok[k:])), None)
 
 
-def crossovers(names, sizes=CROSSOVER_SIZES, reps=15, dtype="float32"):
-    """The size from which ours measured faster than eager in both allocator states, on one thread and on torch's
-    threads (a kernel that wins alone can lose beside torch's thread pool), at every size measured from there
-    up: {name: (with gradient, without)}, None where at no size. Prints it as activations.FASTER_FROM
-    (FASTER_FROM_BF16 or FASTER_FROM_F16 for a 16-bit dtype)."""
+# A win must clear the noise of one run (ratios move about 5% between runs at 4M), or a threshold at a size where
+# the two kernels tie flips with the run that measured it, and medium may pick the slower one.
+WIN_MARGIN = 1.05
+
+
+def crossovers(names, sizes=CROSSOVER_SIZES, reps=15, dtype="float32", write=None):
+    """The size from which ours measured faster than eager by WIN_MARGIN in both allocator states, on one thread and
+    on torch's threads (a kernel that wins alone can lose beside torch's thread pool), at every size measured from
+    there up: {name: (with gradient, without)}, None where at no size. Prints it as activations.FASTER_FROM
+    (FASTER_FROM_BF16 or FASTER_FROM_F16 for a 16-bit dtype), and with `write` (a thresholds.json) stores it
+    there under this machine's instruction set (isa.kernel_isa), which policy medium reads."""
+    print(_isa.describe())
     states = [in_child("crossover_child", [names, sizes, reps, dtype, threads], env) for threads, _, env in settings()]
     table = {}
     for name in names:
         row = []
         for mode in MODES:
-            row.append(faster_from(sizes, lambda n: min(st[f"{name} {n} {mode}"] for st in states) >= 1.0))
+            row.append(faster_from(sizes, lambda n: min(st[f"{name} {n} {mode}"] for st in states) >= WIN_MARGIN))
             print(f"{name:12s} {mode:8s} " + " ".join(f"{_size_label(n)}: " + "/".join(
                 f"{st[f'{name} {n} {mode}']:.2f}" for st in states) for n in sizes))
         table[name] = tuple(row)
@@ -465,6 +486,14 @@ def crossovers(names, sizes=CROSSOVER_SIZES, reps=15, dtype="float32"):
     for name, row in table.items():
         print(f"    {name!r}: ({', '.join('None' if v is None else f'1 << {v.bit_length() - 1}' for v in row)}),")
     print("}")
+    if write:
+        with open(write) as f:
+            tables = json.load(f)
+        tables.setdefault(_isa.kernel_isa(), {}).setdefault(dtype, {}).update(
+            {name: list(row) for name, row in table.items()})
+        with open(write, "w") as f:
+            f.write(_isa.dump_thresholds(tables))
+        print(f"wrote {_isa.kernel_isa()} {dtype} to {write}")
     return table
 
 
@@ -856,6 +885,7 @@ def main(argv=None):
     ap.add_argument("--states-only", action="store_true", help="only the nonlinearity table in two allocator states")
     ap.add_argument("--crossovers", action="store_true",
                     help="measure activations.FASTER_FROM: where ours is faster than eager (1 and torch's threads, both states)")
+    ap.add_argument("--write", metavar="JSON", help="with --crossovers: store the table in JSON (autogen/thresholds.json)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                     help="with --crossovers: the nonlinearities' dtype (16 bits: activations.FASTER_FROM_BF16, _F16)")
     ap.add_argument("--states-threads", type=int, default=None,
@@ -865,6 +895,9 @@ def main(argv=None):
     ap.add_argument("--no-dtypes", action="store_true", help="skip the float32/bfloat16/float16 table")
     ap.add_argument("--dtypes-threads", type=int, default=None,
                     help="threads for that table (default torch's; 1: timed by the thread's CPU time)")
+    ap.add_argument("--train", nargs="*", metavar="MODEL", default=None,
+                    help="only the training-step table: lm, seg, mlp (default all; autogen/train_bench.py)")
+    ap.add_argument("--load", action="store_true", help="with --train: also time each step beside a busy process")
     ap.add_argument("--custom", action="store_true", help="only the custom-loss table (autogen/corpus.py), ~2M elements")
     ap.add_argument("--channel-first", action="store_true",
                     help="only channel-first cross_entropy on (N, C, H, W), both allocator states")
@@ -880,6 +913,13 @@ def main(argv=None):
         from .report import write
         return write(args.report, args.out, args.readme)
     reps = 5 if args.quick else 15
+    if args.train is not None:
+        from . import train_bench
+        results = train_bench.main(args.train or list(train_bench.SIZES), quick=args.quick, load=args.load)
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "train.json"), "w") as f:
+            json.dump(results, f, indent=1)
+        return
     if args.channel_first:
         channel_first_table(reps, compile=not args.no_compile)
         return
@@ -898,7 +938,7 @@ def main(argv=None):
         dtype_table(dtype_names, main_size, reps, args.out, args.dtypes_threads)
         return
     if args.crossovers:
-        crossovers(nl_names, reps=reps, dtype=args.dtype)
+        crossovers(nl_names, sizes=args.sizes or CROSSOVER_SIZES, reps=reps, dtype=args.dtype, write=args.write)
         return
     if args.states_only:
         rows = nonlinearity_states(nl_names, main_size, reps, args.modes, args.states_threads)
@@ -916,6 +956,7 @@ def main(argv=None):
     cells += [("nonlinearity", name, n, mode, nl_variants) for n in sizes for mode in args.modes for name in nl_names]
     bandwidth = triad_bandwidth()
     run_info = _run_info(argv, reps)  # how this run was made, for `autogen bench --report`
+    print(_isa.describe())
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; sizes "
           f"{', '.join(_size_label(s) for s in sizes)} elements (class and row losses: rows of 512); "
           f"{reps} interleaved repetitions (more below 1M); triad bandwidth {bandwidth / 1e9:.1f} GB/s")
@@ -998,7 +1039,8 @@ def _run_info(argv, reps):
     """The command, date, repetitions, torch version, load and glibc settings of a run (the report shows them)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     return {"command": " ".join(["autogen bench"] + argv), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "reps": reps, "torch": torch.__version__, "loadavg": os.getloadavg()[0],
+            "reps": reps, "torch": torch.__version__, "loadavg": os.getloadavg()[0], "machine": _isa.describe(),
+            "isa": _isa.kernel_isa(),
             "malloc_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("MALLOC_")}}
 
 

@@ -358,7 +358,8 @@ class _Launch:
         in_dtypes = self.in_dtypes
         held = []
         for k, t in enumerate(ins):  # each as its address, length and element type (codegen's kernel arguments)
-            if not (t.is_contiguous() and t.is_cpu):  # read as one flat array: a contiguous copy, held through the call
+            if not (t.is_contiguous() and t.is_cpu) or t.is_neg():  # read as one flat array: a contiguous copy
+                # (a negative-bit view's values resolved), held through the call
                 t = host(t)
                 held.append(t)
             zero = _ZERO.get(t.dtype)
@@ -454,16 +455,21 @@ def run_spec(spec, prob, values, shapes=(), params=None):
 
 def host(t):
     """`t` as contiguous CPU memory, which a kernel reads from its address (a copy where it is strided); torch's
-    TypeError for a tensor on another device, as its numpy() raises (a kernel given that address would crash)."""
+    TypeError for a tensor on another device, as its numpy() raises (a kernel given that address would crash).
+    A negative-bit view (torch._neg_view) is resolved: its memory holds the values negated."""
     if not t.is_cpu:
         raise TypeError(f"can't run autogen's CPU kernels on a {t.device.type} tensor: use Tensor.cpu() first, or "
                         "policy 'disabled'")
+    if t.is_neg():
+        t = t.resolve_neg()
     return t if t.is_contiguous() else t.contiguous()
 
 
 def _flat_np(t):
     """The flat numpy view of a contiguous tensor; 16-bit floating data as its uint16 bits (per call
-    and tensor: detach and reshape only where needed, ~1 us of a 1K call's ~3)."""
+    and tensor: detach and reshape only where needed, ~1 us of a 1K call's ~3); a negative-bit view resolved."""
+    if t.is_neg():
+        t = t.detach().resolve_neg()
     if t.dtype in _LOW16:
         a = t.detach().view(torch.uint16).numpy()
     else:  # force: detached in C++ (a detach() here costs ~1 us more)
@@ -1470,3 +1476,16 @@ def execute(prob, tensors, use_autogen, handwritten=None, fallback=True, keep=No
         return _run_engine(PrimEngine(prob, force_fallback=True), prob, tensors, dtype)
     except ScheduleError as exc:
         return run_torch(prob, tensors, f"not fusable: {exc}")
+
+
+def aliases(tensors):
+    """Which of a call's tensors share storage, part of every replay's key (call plans, traces): a replay
+    records each kernel slot's argument by identity, so one made with a tensor in two places must never serve
+    distinct ones, nor the reverse. () where none share, else each tensor's first sharer's index."""
+    try:
+        ptrs = [t.untyped_storage().data_ptr() for t in tensors]
+    except (NotImplementedError, RuntimeError):  # a torch.func wrapper has no storage: identity alone
+        ptrs = [id(t) for t in tensors]
+    if len(set(ptrs)) == len(ptrs):
+        return ()
+    return tuple(ptrs.index(p) for p in ptrs)

@@ -19,8 +19,8 @@ from . import decompositions as D
 from . import inline
 from . import ops as _ops
 from .codegen import _ENV
-from .executor import (_ZERO, Problem, _transformed, contiguous as _contiguous, execute, handwritten_for, host,
-                       rerun, shaped)
+from .executor import (_ZERO, Problem, _transformed, aliases, contiguous as _contiguous, execute, handwritten_for,
+                       host, rerun, shaped)
 from .mathlib import at
 from .policies import _local as _state, calm, get_policy, note, recording
 
@@ -213,8 +213,11 @@ def _plan_key(name, input, target, args, kwargs, use_autogen, legacy):
     """(a plain call's signature, its tensors), or (None, None): each tensor a contiguous CPU torch.Tensor,
     every other argument None, a bool, a number or a string, no legacy size_average/reduce (their warning is
     per call). Most calls pass no other tensor: their key is built without a loop."""
-    if not (input.is_contiguous() and target.is_contiguous() and input.is_cpu and target.is_cpu):
+    if not (input.is_contiguous() and target.is_contiguous() and input.is_cpu and target.is_cpu) or \
+            input.is_neg() or target.is_neg():  # a negative-bit view is resolved by the call (_canon), not replayed
         return None, None
+    if input.dtype is not target.dtype and input.is_floating_point() and target.is_floating_point():
+        return None, None  # mixed floating dtypes: the call finds torch's result dtype (_in_torchs_dtype)
     key = (name, use_autogen, torch.is_grad_enabled(), input.shape, input.dtype, input.requires_grad, target.shape,
            target.dtype, target.requires_grad)
     types = tuple(map(type, args))
@@ -222,11 +225,11 @@ def _plan_key(name, input, target, args, kwargs, use_autogen, legacy):
         for i in legacy:
             if i < len(args) and args[i] is not None:
                 return None, None
-        return key + (args, types), (input, target)
+        return key + (args, types, aliases((input, target))), (input, target)
     tensors, rest = [input, target], []
     for k, v in itertools.chain(enumerate(args), kwargs.items()):  # a position, or a keyword-only name
         if type(v) is torch.Tensor:
-            if not v.is_contiguous() or not v.is_cpu:
+            if not v.is_contiguous() or not v.is_cpu or v.is_neg():
                 return None, None
             tensors.append(v)
             rest += (k, v.shape, v.dtype, v.requires_grad)
@@ -234,7 +237,8 @@ def _plan_key(name, input, target, args, kwargs, use_autogen, legacy):
             return None, None
         else:
             rest += (k, type(v), v)
-    return key + tuple(rest), tensors
+    return key + tuple(rest) + (aliases(tensors),), tensors
+
 
 
 class _Plan:
@@ -317,11 +321,11 @@ def _small_to_torch(fn):
             if plan and not (name in AUTOCAST_FP32 and torch.is_autocast_enabled("cpu")) \
                     and not _transformed(tensors) and not _small(name, input, target):
                 return plan.run(tensors)
+        if name in AUTOCAST_FP32 and torch.is_autocast_enabled("cpu"):  # before the operator, which runs
+            input, target, args, kwargs = _autocast_fp32(name, input, target, args, kwargs)  # outside autocast
+            plain = False  # the cast arguments: not the call's own
         if _ops.compiling():  # torch.compile / torch.export: one autogen::call of the graph
             return _ops.loss(name, params, (input, target) + args, kwargs, use_autogen)
-        if name in AUTOCAST_FP32 and torch.is_autocast_enabled("cpu"):
-            input, target, args, kwargs = _autocast_fp32(name, input, target, args, kwargs)
-            plain = False  # the cast arguments: not the call's own
         if _state.tracing:  # inside an @autogen_loss trace: our decomposition, inlined into the caller's graph
             if not inline.active():
                 return torch_fn(input, target, *args, **kwargs)
@@ -336,7 +340,10 @@ def _small_to_torch(fn):
             if outer is not None:  # a loss inside a loss's own call: the outer call is not replayed
                 outer.ok = False
             if not plain or key is None or plan is False or len(_PLANS) >= _PLANS_MAX:
-                return fn(input, target, *args, use_autogen=use_autogen, **kwargs)
+                out = fn(input, target, *args, use_autogen=use_autogen, **kwargs)
+                if input.dtype is not target.dtype and input.is_floating_point() and target.is_floating_point():
+                    return _in_torchs_dtype(out, torch_fn, input, target, args, kwargs)
+                return out
             cap = _capturing.cur = _Capture()
             try:
                 out = fn(input, target, *args, use_autogen=use_autogen, **kwargs)
@@ -350,6 +357,19 @@ def _small_to_torch(fn):
         return _torch_ran(name, input, out) if _state.recorders else out
 
     return functools.wraps(fn)(_front(name, fn, wrapper))
+
+
+def _in_torchs_dtype(out, torch_fn, input, target, args, kwargs):
+    """`out` in the dtype torch's loss returns for mixed floating dtypes, which is not always the promoted one
+    (binary_cross_entropy_with_logits returns the target's, hinge_embedding_loss the input's): found by
+    torch's function on meta tensors."""
+    def meta(v):
+        return v.detach().to("meta") if isinstance(v, torch.Tensor) else v
+    try:
+        want = torch_fn(meta(input), meta(target), *map(meta, args), **{k: meta(v) for k, v in kwargs.items()}).dtype
+    except Exception:  # noqa: BLE001 - no meta kernel: our promoted dtype
+        return out
+    return out if out.dtype is want else out.to(want)
 
 
 def _torch_fallback(name, out, reason):
@@ -385,9 +405,10 @@ def _canon(t, dtype):
     remembers its source, whose in-place changes torch's loss would see (executor's _LossFunction)."""
     if dtype == torch.float32 and t.dtype in _LOW:
         dtype = t.dtype  # 16-bit data as it is: the fused kernels read it (the executor widens it for the others)
-    if t.dtype == dtype and t.is_contiguous():
+    if t.dtype == dtype and t.is_contiguous() and not t.is_neg():
         return t
     out = t.to(dtype) if t.dtype != dtype else t
+    out = out.resolve_neg()  # a negative-bit view: its memory holds the values negated
     out = _contiguous(out)
     out._autogen_src = t
     return _derived(out, _canon, t, dtype)

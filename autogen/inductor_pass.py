@@ -40,6 +40,7 @@ TARGETS = {operator.mul: "mul", torch.mul: "mul", operator.add: "add", torch.add
            torch.relu: "relu", torch.nn.functional.relu: "relu", torch.sigmoid: "sigmoid",
            torch.tanh: "tanh", torch.exp: "exp", torch.log: "log", torch.abs: "abs"}
 METHODS = {name: name for name in POINTWISE} | {"truediv": "div", "__mul__": "mul"}
+ARITY = {name: 1 if name in ("neg", "relu", "sigmoid", "tanh", "exp", "log", "abs") else 2 for name in POINTWISE}
 
 
 def _value(node):
@@ -55,9 +56,18 @@ def _op_name(node):
         name = METHODS.get(node.target)
     else:
         return None
-    if name is None or any(k != "inplace" or v for k, v in node.kwargs.items()):
+    if name is None or any(k != "inplace" or v for k, v in node.kwargs.items()) or _operands(node, name) is None:
         return None
     return name
+
+
+def _operands(node, name):
+    """The node's operands as the program's op takes them: F.relu's positional `inplace` (False) dropped;
+    None for any other argument count (an in-place relu, torch.add's alpha)."""
+    args, n = node.args, ARITY[name]
+    if len(args) == n + 1 and name == "relu" and args[n] is False:
+        return args[:n]
+    return args if len(args) == n else None
 
 
 def _absorbable(node, shape):
@@ -68,7 +78,7 @@ def _absorbable(node, shape):
     out = _value(node)
     if not isinstance(out, torch.Tensor) or not out.is_floating_point() or out.shape != shape:
         return False
-    for arg in node.args:
+    for arg in _operands(node, _op_name(node)):
         if isinstance(arg, torch.fx.Node):
             v = _value(arg)
             if not isinstance(v, torch.Tensor) or v.dtype != out.dtype or \
@@ -137,7 +147,8 @@ def absorb(graph):
             return refs[arg]
         order = [n for n in graph.nodes if n in region and n is not call]
         for i, node in enumerate(order):
-            steps.append(_op_name(node) + "(" + ",".join(ref(a) for a in node.args) + ")")
+            op = _op_name(node)
+            steps.append(op + "(" + ",".join(ref(a) for a in _operands(node, op)) + ")")
             refs[node] = f"v{i}"
         args = ",".join(ref(t) for t in tensors)
         head, *rest = options.split(";")

@@ -16,6 +16,8 @@ from importlib import resources
 
 import jinja2
 
+from . import isa
+
 TARGETS = {"loss": "fused", "nonlinearity": "autogen"}  # the variant each kind's speedups are of
 KIND_LABELS = {"loss": "losses", "nonlinearity": "nonlinearities"}
 BEGIN = "<!-- results: written by `autogen bench --report docs/performance.md --readme README.md` -->"
@@ -202,10 +204,11 @@ def thresholds():
 
 
 def nl_thresholds():
-    """The nonlinearities' sizes from which policy medium runs our kernel (None: torch's op at every size)."""
-    from . import activations
-    table = activations.FASTER_FROM or {}
-    return [{"name": n, "grad": g, "no_grad": ng} for n, (g, ng) in table.items()]
+    """The nonlinearities' float32 sizes from which policy medium runs our kernel (None: torch's op at every
+    size), per instruction set (thresholds.json): {"name", "avx512": (grad, no_grad), "avx2": (...)}."""
+    tables = isa.load_thresholds()
+    return [{"name": n, **{k: tuple(tables[k]["float32"][n]) for k in ("avx512", "avx2")}}
+            for n in tables["avx512"]["float32"]]
 
 
 def fmt(v, spec=".2f", none="-"):

@@ -32,7 +32,7 @@ from . import decompositions as D
 from . import inline
 from . import ops as _ops
 from .errors import AutogenError, CompileError, TracingError, UnsupportedOpError
-from .executor import LossGraph, Problem, _flat_np, contiguous as _contiguous, rerun
+from .executor import LossGraph, Problem, _flat_np, _transformed, aliases, contiguous as _contiguous, rerun
 from .functional import _compute_dtype, _first_bad_target, broadcast_shapes
 from .ir import COL, ELEM, ROW, SCALAR, Node, apply as A, const, input as inp, iota, order_of, param, toposort
 from .policies import get_policy, get_strict, tracing, tracing_scope, unrecorded
@@ -312,6 +312,12 @@ class _Lowering:
                 if axes[off + d] not in (None, a):
                     raise _Unsupported("a broadcast that mixes rows and columns", "")
                 axes[off + d] = a
+        used = _bases(axes)
+        if len(used) != len(set(used)) or not any(v.over for v in vals) and \
+                any(a is None and s != 1 for a, s in zip(axes, shape)):
+            # an outer broadcast ((N, 1) against (1, N)): values by levels cannot tell its two axes apart
+            raise _Unsupported("an outer broadcast (two dimensions of the result along one dimension of the "
+                               "inputs, or along none)", "")
         for v in vals:  # each argument's level must be what its broadcast position says
             if not v.over and _FLAT not in v.axes and self.norm(self.level(v.axes)) != self.norm(v.node.level):
                 raise _Unsupported("a broadcast of per-row values along the columns", "")
@@ -1414,43 +1420,101 @@ def _where_ne(x, v, fill, C, out):
     return bad
 
 
-def _signature(module, tensors):
-    """The trace key of a call: the tensors' shapes, dtypes and requires_grad, the module's state a trace
-    bakes in (_tensor_state), grad mode and autocast."""
+def _signature(module, tensors, forward):
+    """The trace key of a call: the tensors' shapes, dtypes and requires_grad and which of them share storage,
+    the module's state a trace may read (_module_state), the globals its forward names, grad mode and
+    autocast. A trace records each input slot by identity and may bake any of that state in."""
     autocast = torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu")  # the trace records its casts
-    return (tuple([(t.shape, t.dtype, t.requires_grad) for t in tensors]), torch.is_grad_enabled(),
-            _tensor_state(module), autocast)
+    return (tuple([(t.shape, t.dtype, t.requires_grad) for t in tensors]), aliases(tensors),
+            torch.is_grad_enabled(), _module_state(module), _globals_state(forward), autocast)
 
 
 _MODULE_INTERNALS = frozenset(k for k in vars(torch.nn.Module()) if k.startswith("_"))
+_SCALARS = (bool, int, float, str, type(None))
 
 
-def _tensor_state(module, sub=False):
-    """The tensors a module and its submodules hold, by identity (with requires_grad, shape and dtype):
-    a trace reads them as kernel inputs, so a new tensor in an attribute traces again. Also the string
-    attributes (a reduction) and the numbers (public ones of the module, all of a submodule, such as a
-    torch.nn loss held by the module): a trace bakes them in. One pass over each dict: this runs per call."""
-    out = []
+def _state_of(v, depth=0):
+    """A value's part of a trace key: numbers and strings by value (subclasses too: an IntEnum, a numpy
+    float64), containers by their items, tensors by identity (with requires_grad, shape and dtype: a trace
+    reads them as kernel inputs), modules by type and state, anything else (a callable) by identity."""
+    kind = type(v)
+    if kind in _SCALARS:
+        return v
+    if isinstance(v, torch.Tensor):
+        return (id(v), v.requires_grad, v.shape, v.dtype)
+    if isinstance(v, (int, float, str)):
+        return (kind, v)
+    if depth < 4 and isinstance(v, (list, tuple)):
+        return (kind, tuple([_state_of(x, depth + 1) for x in v]))
+    if depth < 4 and isinstance(v, dict):
+        return (kind, tuple([(_state_of(k, depth + 1), _state_of(x, depth + 1)) for k, x in v.items()]))
+    if isinstance(v, torch.nn.Module):
+        return _module_state(v)
+    return (kind, id(v))
+
+
+def _module_state(module):
+    """The state of a module and its submodules that a trace may read or bake in, by _state_of: parameters,
+    buffers, every attribute (public or private) and each submodule's type. One pass over each dict: this
+    runs per call."""
+    out = [type(module)]
     for d in (module._parameters, module._buffers):
         for k, v in d.items():
             if v is not None:
                 out.append((k, id(v), v.requires_grad, v.shape, v.dtype))
     for k, v in vars(module).items():
-        if k in _MODULE_INTERNALS:  # torch.nn.Module's own bookkeeping (hooks, parameter dicts)
-            continue
-        kind = type(v)
-        if kind is float or kind is int or kind is bool or kind is str:
-            if sub or kind is str or k[0] != "_":
-                out.append((k, v))
-        elif isinstance(v, torch.Tensor):
-            out.append((k, id(v), v.requires_grad, v.shape, v.dtype))
-        elif isinstance(v, (int, float, str)):  # subclasses (an IntEnum, a numpy float64)
-            if sub or isinstance(v, str) or k[0] != "_":
-                out.append((k, v))
+        # not torch.nn.Module's own bookkeeping (hooks, parameter dicts), nor ours (the operator's key)
+        if k not in _MODULE_INTERNALS and not k.startswith("_autogen"):
+            out.append((k, _state_of(v)))
     for m in module._modules.values():
-        if m is not None:
-            out.append(_tensor_state(m, True))
+        out.append(None if m is None else _module_state(m))
     return tuple(out)
+
+
+def _globals_state(forward):
+    """The module-level globals the forward names that are data (tensors, numbers, containers), by _state_of:
+    class weights in a global tensor are baked into a trace like an attribute."""
+    code, env = forward.__code__, forward.__globals__
+    out = []
+    for name in code.co_names:
+        v = env.get(name, _MISSING)
+        if v is not _MISSING and (isinstance(v, (torch.Tensor, list, tuple, dict)) or type(v) in _SCALARS):
+            out.append((name, _state_of(v)))
+    return tuple(out)
+
+
+_MISSING = object()
+
+
+def _snapshot(module):
+    """What tracing must leave as it found it: each submodule's attributes, parameters and buffers, and the
+    tensors' contents and versions (a trace runs the forward, and an eager run beside it)."""
+    state = []
+    for m in module.modules():
+        tensors = {}
+        for d in (m._parameters, m._buffers):
+            for k, v in d.items():
+                if v is not None:
+                    tensors[id(v)] = (v, v._version, v.detach().clone())
+        state.append((m, dict(vars(m)), dict(m._parameters), dict(m._buffers), tensors))
+    return state
+
+
+def _restore(state):
+    """Put back what _snapshot saw; True where the forward had changed any of it."""
+    changed = False
+    for m, attrs, params, buffers, tensors in state:
+        for now, then in ((vars(m), attrs), (m._parameters, params), (m._buffers, buffers)):
+            if now.keys() != then.keys() or any(now[k] is not v for k, v in then.items()):
+                changed = True
+                now.clear()
+                now.update(then)
+        for v, version, copy in tensors.values():
+            if v._version != version:
+                changed = True
+                with torch.no_grad():
+                    v.copy_(copy)
+    return changed
 
 
 def autogen_loss(cls=None, *, strict=None):
@@ -1484,13 +1548,16 @@ def autogen_loss(cls=None, *, strict=None):
             return _eager(self, forward, args, kwargs, cls, "keyword or non-tensor arguments", "", strict)
         if not tracing() and _ops.symbolic(*args):  # fake or meta tensors, non-strict torch.export
             return _ops.module_call(self, forward, args, kwargs)
+        if _transformed(args):  # torch.func / forward-mode AD: the module as written, whose torch ops they see
+            return forward(self, *args, **kwargs)
         cache = cls.__dict__.get("_autogen_traces")
         if cache is None:
             cache = {}
             type.__setattr__(cls, "_autogen_traces", cache)
-        key = _signature(self, args)
+        key = _signature(self, args, forward)
         entry = cache.get(key)
         if entry is None:
+            saved = _snapshot(self)
             try:
                 entry = _trace(self, forward, args, cls)
             except _Unsupported as exc:
@@ -1499,6 +1566,10 @@ def autogen_loss(cls=None, *, strict=None):
                 raise
             except Exception as exc:  # noqa: BLE001 - a lowering the rules did not foresee: never a crash
                 entry = _Unsupported(_why("lowering failed", exc), "")
+            finally:
+                changed = _restore(saved)
+            if changed:  # a forward that updates its module's state runs eagerly: once per call, as torch's
+                entry = _Unsupported("the forward changes the module's state (a buffer, parameter or attribute)", "")
             with _lock:
                 cache[key] = entry
         if isinstance(entry, _Unsupported):

@@ -37,7 +37,7 @@ print(json.dumps({"import": imported, "numba_init": numba_init, "first": first, 
 
 def run(name, cache):
     env = dict(os.environ, AUTOGEN_CACHE_DIR=cache)
-    proc = subprocess.run([sys.executable, "-c", CHILD, name], capture_output=True, text=True, env=env,
+    proc = subprocess.run([sys.executable, "-P", "-c", CHILD, name], capture_output=True, text=True, env=env,
                           cwd=tempfile.gettempdir())
     if proc.returncode:
         raise SystemExit(proc.stderr)

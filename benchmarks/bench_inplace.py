@@ -18,8 +18,6 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 import torch  # noqa: E402
 import torch.nn.functional as TF  # noqa: E402
 
@@ -83,18 +81,19 @@ def _ratios(names, sizes, reps, clock):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--sizes", type=bench._sizes, default=list(SIZES), help="e.g. 64K,1M (default 64K-4M)")
     ap.add_argument("names", nargs="*")
     args = ap.parse_args(argv)
-    names = args.names or candidates()
+    names, sizes = args.names or candidates(), args.sizes
     settings = [(f"{threads}t {state}", bench.child_json([sys.executable, os.path.abspath(__file__), "--child",
-                                                          json.dumps([names, list(SIZES), args.reps, threads])], env))
+                                                          json.dumps([names, sizes, args.reps, threads])], env))
                 for threads, state, env in bench.settings()]
     print(f"in place with a gradient, float32: eager / ours (>1: ours is faster), per setting "
           f"({', '.join(s for s, _ in settings)})")
     table = {}
     for name in names:
-        first = bench.faster_from(SIZES, lambda n: all(r[f"{name} {n}"] > 1.0 for _, r in settings))
-        cells = [f"{bench._size_label(n)}: " + "/".join(f"{r[f'{name} {n}']:.2f}" for _, r in settings) for n in SIZES]
+        first = bench.faster_from(sizes, lambda n: all(r[f"{name} {n}"] > 1.0 for _, r in settings))
+        cells = [f"{bench._size_label(n)}: " + "/".join(f"{r[f'{name} {n}']:.2f}" for _, r in settings) for n in sizes]
         print(f"{name:12s} " + "  ".join(cells))
         if first is not None:
             table[name] = first

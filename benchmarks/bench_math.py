@@ -14,8 +14,6 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

@@ -260,3 +260,19 @@ def test_bench_tables_mark_the_rows_medium_hands_to_torch(monkeypatch):
     rows += bench.dtype_child([("loss", "mse_loss")], n // 4, 2, 1)
     for row, torch_op in zip(rows, (True, False, False, True)):
         assert [row[f"{dt} on torch's op"] for dt in bench.DTYPE_COLUMNS] == [torch_op] * 3, row
+
+
+def test_bench_children_import_the_installed_package_from_the_repository_root(monkeypatch):
+    """A benchmark child started from the repository root (as `make bench` does) imports the installed
+    package, whose templates and kernels the source tree's autogen/ lacks; a failing child raises its own
+    stderr, not its command line."""
+    from autogen import bench
+    monkeypatch.chdir(ROOT)
+    got = bench.child_json(bench.python_c("import json, autogen; from autogen import codegen; "
+                                          "print(json.dumps([autogen.__file__, codegen._ENV.get_template("
+                                          "'kernel.py.j2').name]))"), {})
+    assert not got[0].startswith(os.path.join(ROOT, "autogen")), got
+    assert got[1] == "kernel.py.j2"
+    with pytest.raises(bench.ChildError, match="ZeroDivisionError: division by zero") as err:
+        bench.child_json(bench.python_c("1 / 0"), {})
+    assert "-c" not in str(err.value)

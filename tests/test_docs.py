@@ -140,9 +140,12 @@ def test_report_renders_a_run_and_rewrites_only_the_readme_block(tmp_path):
     assert f"| `mse_loss` | {0.02 / 0.025:.2f} |" in text  # 1K: eager / default
     from autogen import functional as AF
     assert f"| `nll_loss` | {report.size(AF.SMALL_ELEMENTS['nll_loss'])} |" in text
-    from autogen import activations
-    for name, (grad, no_grad) in (activations.FASTER_FROM or {}).items():
-        assert f"| `{name}` | {report.size(grad)} | {report.size(no_grad)} |" in text
+    from autogen import activations, isa
+    tables = isa.load_thresholds()
+    assert activations.FASTER_FROM == {k: tuple(v) for k, v in tables[isa.kernel_isa()]["float32"].items()}
+    for name in activations.FASTER_FROM:
+        cells = [report.size(v) for k in ("avx512", "avx2") for v in tables[k]["float32"][name]]
+        assert f"| `{name}` | " + " | ".join(cells) + " |" in text
     assert "| `gelu` | 16 / 16 / 32 | 1.50 | 1.25 |" in text  # nonlinearities in both allocator states
     # dtypes: eager/ours, bf16/f32; a ratio where policy medium ran torch's op is marked, and the mark explained
     assert "| loss | `mse_loss` | 2.00 | 3.00* | 1.50 | 2.00 | 3.00* | 1.50 |" in text

@@ -469,11 +469,7 @@ def test_math_benchmark_covers_every_function_and_agrees_with_torch(monkeypatch)
     function, and each pair computes the same values (a benchmark of the wrong op would time nothing useful)."""
     import importlib.util
     import os
-    import sys
     import torch
-    # the script puts the source tree first on sys.path: undone after the test, or processes this worker spawns
-    # later (test_ddp's) would import autogen from there rather than the installed package
-    monkeypatch.setattr(sys, "path", list(sys.path))
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "bench_math.py")
     spec = importlib.util.spec_from_file_location("bench_math", path)
     bench = importlib.util.module_from_spec(spec)

@@ -1,0 +1,107 @@
+"""Defects that gave a wrong number or a crash, each with the test that finds it: negative-bit views, an
+outer broadcast the level IR cannot represent, a positional `inplace` inside torch.compile."""
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import autogen
+from autogen import functional as AF
+
+from cases import assert_matches
+
+
+@pytest.mark.parametrize("policy", ["medium", "aggressive"])
+def test_negative_bit_views_are_read_with_their_sign(policy, monkeypatch):
+    from autogen import activations
+    monkeypatch.setattr(activations, "FASTER_FROM", None)  # our kernels at every size
+    x = torch.randn(3000)
+    n = torch._neg_view(x)
+    assert n.is_neg()
+    with autogen.policy(policy), autogen.record() as rec:
+        y = AF.relu(n)
+        loss = AF.mse_loss(n, x, use_autogen=True)
+        g = AF.gelu(n)
+    assert {c.path for c in rec.calls} & {"autogen", "handwritten"}, rec.calls
+    assert_matches(y, TF.relu(n.resolve_neg()))
+    assert_matches(g, TF.gelu(n.resolve_neg()))
+    assert_matches(loss, TF.mse_loss(n.resolve_neg(), x))
+
+
+@autogen.autogen_loss
+class _Outer(torch.nn.Module):
+    def forward(self, v):
+        return (v.unsqueeze(1) - v.unsqueeze(0)).pow(2).sum()
+
+
+@autogen.autogen_loss
+class _RankHinge(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(1 - (x.unsqueeze(2) - x.unsqueeze(1))).sum()
+
+
+@pytest.mark.parametrize("cls,shape", [(_Outer, (6,)), (_RankHinge, (4, 6))])
+def test_an_outer_broadcast_is_refused_not_guessed(cls, shape):
+    x = torch.randn(shape, requires_grad=True)
+    ref = cls()(x)  # use_autogen=False: the module as written
+    with pytest.warns(RuntimeWarning, match="outer broadcast"), autogen.policy("aggressive"):
+        out = cls(use_autogen=True)(x)
+    assert_matches(out, ref)
+
+
+def test_compile_absorbs_relu_with_a_positional_inplace():
+    fn = torch.compile(lambda x, t: AF.mse_loss(TF.relu(x * 2, False), t, use_autogen=True))
+    x, t = torch.randn(64, 33), torch.randn(64, 33)
+    with autogen.policy("aggressive"):
+        out = fn(x, t)
+    assert_matches(out, TF.mse_loss(TF.relu(x * 2), t))
+
+
+@pytest.mark.parametrize("name", ["mse_loss", "cross_entropy", "kl_div", "cosine_embedding_loss"])
+def test_compiled_losses_under_autocast_return_torchs_dtype(name):
+    """torch.compile + CPU autocast with a gradient: the loss's autocast cast to float32 happens before our
+    operator, which runs outside autocast, so the result has torch's dtype."""
+    torch._dynamo.reset()
+    lin = torch.nn.Linear(8, 8)
+    h = torch.randn(16, 8)
+    t = {"cross_entropy": torch.randint(0, 8, (16,)), "kl_div": torch.softmax(torch.randn(16, 8), -1)}.get(
+        name, torch.randn(16, 8))
+    extra = (torch.randint(0, 2, (16,)).float() * 2 - 1,) if name == "cosine_embedding_loss" else ()
+
+    def ours(h, t):
+        return getattr(AF, name)(lin(h), t, *extra, use_autogen=True)
+
+    def theirs(h, t):
+        return getattr(TF, name)(lin(h), t, *extra)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = theirs(h, t)
+        got = torch.compile(ours, backend="aot_eager")(h, t)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("name,dtypes", [
+    ("binary_cross_entropy_with_logits", (torch.float32, torch.bfloat16)),
+    ("binary_cross_entropy_with_logits", (torch.bfloat16, torch.float32)),
+    ("hinge_embedding_loss", (torch.bfloat16, torch.float32)),
+    ("hinge_embedding_loss", (torch.float32, torch.bfloat16)),
+    ("mse_loss", (torch.float32, torch.float16)),
+])
+@pytest.mark.parametrize("policy", ["medium", "aggressive"])
+def test_mixed_16_bit_dtypes_give_torchs_dtype(name, dtypes, policy):
+    x = torch.randn(16, 9, dtype=dtypes[0], requires_grad=True)
+    t = (torch.randint(0, 2, (16, 9)) * 2 - 1 if name == "hinge_embedding_loss" else torch.rand(16, 9)).to(dtypes[1])
+    want = getattr(TF, name)(x, t)
+    for _ in range(2):  # the first call and a later one
+        with autogen.policy(policy):
+            got = getattr(AF, name)(x, t, use_autogen=True)
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+
+
+def test_torch_func_grad_through_a_traced_loss_with_class_targets():
+    from autogen.corpus import Focal
+    x, t = torch.randn(8, 5), torch.randint(0, 5, (8,))
+    ours, theirs = Focal(use_autogen=True), Focal()
+    with autogen.policy("aggressive"):
+        got = torch.func.grad(lambda x: ours(x, t))(x)
+    assert_matches(got, torch.func.grad(lambda x: theirs(x, t))(x))
