@@ -381,7 +381,9 @@ class _Launch:
                 args.append(_flat_np(o))
         args.append(_parts(nparts, r) if nparts else _no_parts(r))
         fn = self.fn
-        if _use_threads(fn, n, r):
+        if n >= _PAR_ELEMENTS and r > 1 and not _fork_child:
+            # by size alone, whatever the thread count or the timings so far: one input, one compiled variant,
+            # one bit pattern (its rows' code is the same on one thread and on several)
             par = _load(self.spec, parallel=True)
             _numba_threads(torch.get_num_threads())
             lock = _parallel_lock()
@@ -505,10 +507,10 @@ def _storage(graph, tensors):
 _STORAGE_CODES = {}  # _storage's result per tuple of input dtypes
 
 
-_PAR_SECONDS = 1e-5  # use threads only when one thread would take longer than this: a parallel
-# launch costs more than a small kernel's whole run (docs/performance.md).
-# Generated kernels then run their prange variant, handwritten ones a prange trampoline over
-# row chunks (split_run): both on numba's threads, compiled only for such inputs.
+_PAR_SECONDS = 1e-5  # handwritten kernels use threads only when one thread would take longer than this: a
+# parallel launch costs more than a small kernel's whole run (docs/performance.md); they then run a prange
+# trampoline over row chunks (split_run), whose per-block partials do not depend on the split.
+_PAR_ELEMENTS = 1 << 18  # generated kernels run their prange variant from this size, on any thread count
 _ran = set()         # kernels called at least once (compiled for the types they take here)
 # per kernel and size class (work.bit_length(): a call's fixed cost weighs more per element in a smaller one)
 _rates = {}          # (kernel, class) -> fastest seen seconds per element on one thread (measured as we go)

@@ -100,6 +100,7 @@ def test_policy_from_environment():
 def test_threaded_variants_match_serial(monkeypatch):
     """Force the threaded path (prange kernels, the split_run trampoline) for every kernel kind."""
     monkeypatch.setattr(executor, "_use_threads", lambda kernel, work, count: count > 1)
+    monkeypatch.setattr(executor, "_PAR_ELEMENTS", 0)  # generated kernels: their prange variant
     x = torch.randn(40000, 8, requires_grad=True)
     t = torch.randint(0, 8, (40000,))
     y = torch.randn(40000, 8)
