@@ -17,6 +17,7 @@ buffer (addmm_: each chunk's sum rounded once, so k chunks round k times where e
 float32 accumulator would double the peak memory. float16 runs in float32 (a copy of the weight), as
 the CPU's float16 matmul is 3x slower than float32's.
 """
+import ast
 import functools
 import math
 import warnings
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as TF
 
+from . import ops as _ops
 from . import policies as _policy
 from .errors import AutogenError
 from .executor import LossGraph, Problem, _storage, _transformed, pooled, shaped, split_run
@@ -371,6 +373,11 @@ def linear_cross_entropy(input, weight, target, bias=None, *, ignore_index=-100,
     _check(input, weight, target, bias, reduction, label_smoothing, softcap, chunk_size)
     ignore = _int_arg("cross_entropy_loss", "ignore_index", 5, ignore_index)
     V = weight.shape[0]
+    if _ops.compiling() and reduction != "none" and not return_z_loss and input.device.type == "cpu":
+        # torch.compile: one operator whose forward writes the gradients in chunks, no logits in the graph
+        return _compiled(input.reshape(-1, input.shape[-1]), weight, bias, target.reshape(-1), ignore,
+                         float(label_smoothing), float(z_loss), softcap, reduction, chunk_size,
+                         use_autogen).to(input.dtype)
     t = target.detach().reshape(-1).long().contiguous()
     transformed = _transformed((input, weight) if bias is None else (input, weight, bias))
     if t.numel() and t.device.type == "cpu" and not transformed:  # else torch's cross_entropy checks
@@ -387,7 +394,9 @@ def linear_cross_entropy(input, weight, target, bias=None, *, ignore_index=-100,
     if transformed or input.device.type != "cpu" \
             or h.shape[0] == 0 or V == 0:
         out = reference(h, weight, t, bias, o)
-        _policy.note(OP, "fallback", False, "forward", "torch.func, forward AD, non-CPU or empty: torch ops")
+        why = ("a torch.func transform or forward-mode AD" if transformed else
+               f"a {input.device.type} tensor" if input.device.type != "cpu" else "no rows or no classes")
+        _policy.note(OP, "fallback", False, "forward", f"{why}: torch ops")
         z = None
         if return_z_loss:
             with torch.no_grad():
@@ -808,3 +817,63 @@ class _CustomFunction(torch.autograd.Function):
         o.note("backward", ins[0].shape[0])
         return (None, *[g.to(x.dtype) if need and g is not None else None
                         for g, need, x in zip(grads, ctx.needs, ins)])
+
+
+# -- under torch.compile: autogen::linear_ce, whose forward writes the gradients (as _LinearCrossEntropy
+# does) and whose backward scales them by grad_output; Inductor sees neither logits nor their gradient.
+_lib = torch.library.Library("autogen", "FRAGMENT")
+_lib.define("linear_ce(Tensor h, Tensor W, Tensor? b, Tensor t, str options, bool[] needs) -> Tensor[]")
+
+
+def _compiled(h, W, b, t, ignore, eps, zl, cap, reduction, chunk, use_autogen):
+    needs = [torch.is_grad_enabled() and x is not None and x.requires_grad for x in (h, W, b)]
+    options = repr((ignore, eps, zl, None if cap is None else float(cap), reduction, chunk, bool(use_autogen)))
+    return torch.ops.autogen.linear_ce(h, W, b, t, options, needs)[0]
+
+
+def _opts_of(options):
+    ignore, eps, zl, cap, reduction, chunk, use_autogen = ast.literal_eval(options)
+    path, reason = _policy.choose(True)
+    if not use_autogen:
+        path, reason = "fallback", "use_autogen=False: torch ops per chunk"
+    return _Opts(ignore=ignore, eps=eps, zl=zl, cap=cap, reduction=reduction, chunk=chunk, path=path, reason=reason,
+                 z_out=None)
+
+
+def _linear_ce_cpu(h, W, b, t, options, needs):
+    o = _opts_of(options)
+    t = t.long().contiguous()
+    if t.numel():
+        i = _first_bad_target(t.numpy(), W.shape[0], o.ignore)
+        if i >= 0:
+            raise IndexError(f"Target {int(t[i])} is out of bounds.")
+    if h.shape[0] == 0 or W.shape[0] == 0:
+        out, grads = reference(h, W, t, b, o).double(), [None] * 3
+    else:
+        h = h if h.is_contiguous() or h.stride(-1) == 1 else h.contiguous()
+        out, grads = _forward(h, W, b, t, o, tuple(needs))
+    _note(o, "forward")
+    empty = h.new_empty(0)
+    return [out.to(h.dtype)] + [g if g is not None else empty for g in grads]
+
+
+def _linear_ce_fake(h, W, b, t, options, needs):
+    grads = [x.new_empty(x.shape) if need else h.new_empty(0) for x, need in zip((h, W, b), needs)]
+    return [h.new_empty(())] + grads
+
+
+def _linear_ce_setup(ctx, inputs, output):
+    ctx.needs = inputs[5]
+    ctx.save_for_backward(*output[1:])
+
+
+def _linear_ce_backward(ctx, grads_out):
+    gout = grads_out[0]
+    saved = ctx.saved_tensors
+    out = [g * gout.to(g.dtype) if need else None for g, need in zip(saved, ctx.needs)]
+    return out[0], out[1], out[2], None, None, None
+
+
+_lib.impl("linear_ce", _linear_ce_cpu, "CPU")
+torch.library.register_fake("autogen::linear_ce", _linear_ce_fake, lib=_lib)
+torch.library.register_autograd("autogen::linear_ce", _linear_ce_backward, setup_context=_linear_ce_setup, lib=_lib)

@@ -191,6 +191,28 @@ def linear_ce(out):
     return rows
 
 
+def train(out):
+    """Rows of `autogen bench --train` (train.json in the results folder): per model, each variant's median
+    step, the speedups of the autogen variants, the shares of eager's step, the loss after N steps."""
+    path = os.path.join(out, "train.json")
+    if not os.path.isfile(path):
+        return []
+    with open(path) as f:
+        results = json.load(f)
+    rows = []
+    for r in results:
+        vs = r["variants"]
+        ref = vs["eager"]["loss_after"]
+        rows.append({"model": r["model"], "ms": {v: vs[v]["median_ms"] for v in vs},
+                     "autogen": vs["eager"]["median_ms"] / vs["autogen"]["median_ms"],
+                     "compile_autogen": vs["compile"]["median_ms"] / vs["compile+autogen"]["median_ms"],
+                     "loss_share": r["shares"]["loss"], "act_share": r["shares"]["act"],
+                     "peak_mb": {v: vs[v]["peak_mb"] for v in vs},
+                     "loss_rel": {v: (vs[v]["loss_after"] - ref) / abs(ref) if ref else 0.0 for v in vs},
+                     "loaded": {v: vs[v].get("loaded_over_quiet") for v in vs}, "steps": r["steps"]})
+    return rows
+
+
 def state_label(run):
     env = run["summary"].get("malloc_env") or {}
     return "default" if not env else " ".join(f"{k}={v}" for k, v in env.items())
@@ -317,7 +339,7 @@ def context(runs, doc):
     return {"s": s, "run": run, "tables": tables(run), "small": small(run), "sweeps": sweeps(run),
             "states": states(runs), "custom": run["custom"], "thresholds": thresholds(),
             "nl_states": nonlinearity_states(run), "linear_ce": linear_ce(os.path.dirname(run["path"])),
-            "dtypes": dtypes(os.path.dirname(run["path"])),
+            "dtypes": dtypes(os.path.dirname(run["path"])), "train": train(os.path.dirname(run["path"])),
             "threshold_env": os.environ.get("AUTOGEN_SMALL_ELEMENTS"), "nl_thresholds": nl_thresholds(),
             "custom_geo": _geo([r.get("eager_over_fused") for r in run["custom"]]),
             "custom_geo_compile": _geo([r.get("compile_over_fused") for r in run["custom"]]),

@@ -1186,6 +1186,8 @@ def _trace(module, forward, tensors, cls):
         data_dependent = ("DataDependent" in type(exc).__name__ or "data-dependent" in str(exc)
                           or ".numpy()" in str(exc) or "Cannot access data pointer" in str(exc))
         if data_dependent:
+            if not _reads_data(module, forward, tensors):  # a number of sizes alone (arange(2, x.dim()).tolist())
+                raise _Unsupported("a Python number from a tensor that depends on no input", line) from None
             kind = "item" if _ITEM_RE.search(text) else "control"
             raise TracingError(_tracing_message(kind, line)) from None
         raise _Unsupported(f"{type(exc).__name__}: {exc}".split("\n")[0][:200], line) from None
@@ -1200,6 +1202,48 @@ def _trace(module, forward, tensors, cls):
         sources += [(node, traced.sources[e.attr]) for node, e in traced.index_inputs if e.op == "input"]
         traced.graph = dataclasses.replace(traced.graph, saves=tuple(n.attr for n, i in sources if i in kept))
     return traced
+
+
+class _Taint(torch.utils._python_dispatch.TorchDispatchMode):
+    """Follows which storages hold values computed from the inputs' data (or the module's tensors), and
+    whether a tensor turned into a Python number (.item(), .tolist()) was one of them."""
+
+    def __init__(self, sources):
+        super().__init__()
+        self.tainted = {self._key(t) for t in sources}
+        self.read = False
+
+    @staticmethod
+    def _key(t):
+        return t.untyped_storage().data_ptr() if t.numel() else id(t)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        flat = [a for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        hot = any(self._key(t) in self.tainted for t in flat)
+        if func is aten._local_scalar_dense.default and hot:
+            self.read = True
+        out = func(*args, **kwargs)
+        if hot:
+            for t in torch.utils._pytree.tree_leaves(out):
+                if isinstance(t, torch.Tensor):
+                    self.tainted.add(self._key(t))
+        return out
+
+
+def _reads_data(module, forward, tensors):
+    """Whether the forward, run eagerly once, turns a value computed from its inputs or the module's tensors
+    into a Python number (True also where that run fails: the trace's error stands). The module is left as
+    it was (traced_forward restores it)."""
+    sources = list(tensors) + [t for t in module.parameters()] + [t for t in module.buffers()]
+    mode = _Taint([t.detach() for t in sources])
+    try:
+        with torch.no_grad(), warnings.catch_warnings(), unrecorded(), mode:
+            warnings.simplefilter("ignore")
+            forward(module, *[t.detach() for t in tensors])
+    except Exception:  # noqa: BLE001
+        return True
+    return mode.read
 
 
 def _no_duck_shapes():

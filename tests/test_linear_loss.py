@@ -513,3 +513,34 @@ def test_traced_loss_after_linear_under_torch_compile(monkeypatch):
     for a, e in zip(got, want):
         torch.testing.assert_close(a, e)
     assert {c.reason.split(":")[0] for c in rec.calls} == {"F.linear in row chunks"}
+
+
+@pytest.mark.parametrize("options", [{}, {"label_smoothing": 0.1, "reduction": "sum"}, {"ignore_index": 3}])
+def test_compiled_linear_cross_entropy_is_one_operator_without_logits(options):
+    """Under torch.compile the loss is one autogen::linear_ce: no (tokens, vocab) tensor in the graph, values
+    and gradients as torch's, the operator's checks (opcheck)."""
+    torch._dynamo.reset()
+    N, H, V = 64, 16, 257
+    h = torch.randn(N, H, requires_grad=True)
+    W = (torch.randn(V, H) * 0.1).requires_grad_()
+    t = torch.randint(0, V, (N,))
+    t[::7] = options.get("ignore_index", -100)
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(gm)
+        return gm.forward
+    fn = torch.compile(lambda h, W, t: linear_cross_entropy(h, W, t, **options), backend=backend, fullgraph=True)
+    got = fn(h, W, t)
+    gh, gW = torch.autograd.grad(got, (h, W))
+    hr, Wr = h.detach().requires_grad_(), W.detach().requires_grad_()
+    want = TF.cross_entropy(TF.linear(hr, Wr), t, **options)
+    wh, wW = torch.autograd.grad(want, (hr, Wr))
+    for a, b in ((got, want), (gh, wh), (gW, wW)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    nodes = [n for gm in seen for n in gm.graph.nodes if n.op == "call_function"]
+    assert any("linear_ce" in str(n.target) for n in nodes)
+    assert not any(tuple(getattr(n.meta.get("example_value"), "shape", ())) == (N, V) for n in nodes)
+    torch.library.opcheck(torch.ops.autogen.linear_ce.default,
+                          (h.detach(), W.detach(), None, t, repr((-100, 0.0, 0.0, None, "mean", None, True)),
+                           [True, True, False]))

@@ -105,3 +105,27 @@ def test_torch_func_grad_through_a_traced_loss_with_class_targets():
     with autogen.policy("aggressive"):
         got = torch.func.grad(lambda x: ours(x, t))(x)
     assert_matches(got, torch.func.grad(lambda x: theirs(x, t))(x))
+
+
+@autogen.autogen_loss
+class _SizesToList(torch.nn.Module):
+    """MONAI's idiom: the reduction axes as a list computed from the input's rank."""
+    def forward(self, x, t):
+        axes = torch.arange(2, len(x.shape)).tolist()
+        return ((x - t) ** 2).sum(dim=axes).mean()
+
+
+@autogen.autogen_loss
+class _DataToList(torch.nn.Module):
+    def forward(self, x, t):
+        k = int(t.sum().item())
+        return (x[:, :k] ** 2).mean()
+
+
+def test_a_number_from_sizes_alone_falls_back_and_one_from_data_raises():
+    x, t = torch.randn(2, 3, 4, 5, requires_grad=True), torch.randn(2, 3, 4, 5)
+    with pytest.warns(RuntimeWarning, match="depends on no input"), autogen.policy("aggressive"):
+        out = _SizesToList(use_autogen=True)(x, t)
+    assert_matches(out, _SizesToList()(x, t))
+    with pytest.raises(autogen.TracingError), autogen.policy("aggressive"):
+        _DataToList(use_autogen=True)(torch.randn(4, 6), torch.ones(4, 1))
