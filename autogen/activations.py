@@ -391,12 +391,12 @@ def prelu(input, weight):
     """torch.nn.functional.prelu: one weight, or one per channel (dim 1)."""
     if _ops.compiling() and _calm[0] and FASTER_FROM is not None:  # torch's op for Inductor to fuse (run())
         return torch.nn.functional.prelu(input, weight)
-    if _ops.compiling() or not _tracing() and _ops.symbolic(input, weight):
-        return _ops.nonlinearity("prelu", [input, weight], {})
-    if torch.is_autocast_enabled("cpu"):  # prelu is on autocast's lower-precision list
-        low = torch.get_autocast_dtype("cpu")
+    if torch.is_autocast_enabled("cpu"):  # prelu is on autocast's lower-precision list: cast before the
+        low = torch.get_autocast_dtype("cpu")  # operator, which runs outside autocast
         input, weight = (t.to(low) if t.is_floating_point() and t.dtype != torch.float64 else t
                          for t in (input, weight))
+    if _ops.compiling() or not _tracing() and _ops.symbolic(input, weight):
+        return _ops.nonlinearity("prelu", [input, weight], {})
     if _tracing():
         return torch.nn.functional.prelu(input, weight)
     reason = _torch_faster("prelu", input, weight) if input.is_floating_point() else None

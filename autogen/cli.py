@@ -19,14 +19,19 @@ def _paths(kind, name):
 
 
 def cmd_list(args):
+    from . import activations
     from . import functional as F
+    from . import nn as agnn
     from .policies import POLICIES, TABLE
-    print(f"{'name':34s} {'kind':13s} {'paths':31s} " + " ".join(f"{p:11s}" for p in POLICIES))
+    classes = {name: cls.__name__ for name, cls in agnn.BY_FUNCTIONAL.items()}
+    classes.update({rec.name: rec.module for rec in activations.NONLINEARITIES.values()})
+    print(f"{'name':34s} {'torch.nn class':26s} {'kind':13s} {'paths':31s} " + " ".join(f"{p:11s}" for p in POLICIES))
     rows = [("loss", n) for n in F.LOSSES] + [("nonlinearity", n) for n in F.NONLINEARITIES]
     for kind, name in rows:
         paths = _paths(kind, name)
         picks = [TABLE[(p, "handwritten" in paths)][0] for p in POLICIES]
-        print(f"{name:34s} {kind:13s} {', '.join(paths):31s} " + " ".join(f"{p:11s}" for p in picks))
+        print(f"{name:34s} {classes.get(name, '-'):26s} {kind:13s} {', '.join(paths):31s} "
+              + " ".join(f"{p:11s}" for p in picks))
     print("\nlosses pick with use_autogen=True; use_autogen=False runs them op by op (primitive path)")
 
 

@@ -529,6 +529,75 @@ def narrow_f16(typingctx, x):
         return types.uint16(x), codegen
 
 
+# Without F16C (a generic x86-64 target: NUMBA_CPU_NAME=generic) LLVM lowers fpext/fptrunc of half to
+# compiler-rt calls that numba does not link (a call to nothing: the process crashes); the conversions are
+# then done in integer arithmetic, rounding as fptrunc does (numpy's npy_floatbits_to_halfbits).
+@intrinsic
+def _f32_of_bits(typingctx, b):
+    """The float32 whose bits are the low 32 of the integer b (numba widens uint32 arithmetic to 64 bits)."""
+    if isinstance(b, types.Integer):
+        def codegen(context, builder, sig, args):
+            v = args[0]
+            if b.bitwidth != 32:
+                v = builder.trunc(v, ir.IntType(32)) if b.bitwidth > 32 else builder.zext(v, ir.IntType(32))
+            return builder.bitcast(v, ir.FloatType())
+        return types.float32(b), codegen
+
+
+@intrinsic
+def _bits_of_f32(typingctx, x):
+    if x == types.float32:
+        def codegen(context, builder, sig, args):
+            return builder.bitcast(args[0], ir.IntType(32))
+        return types.uint32(x), codegen
+
+
+@njit(inline="always", **_JIT_OPTS)
+def _widen_f16_soft(u):
+    h = np.uint32(u)
+    sign, e, m = (h & np.uint32(0x8000)) << np.uint32(16), (h >> np.uint32(10)) & np.uint32(0x1F), h & np.uint32(0x3FF)
+    if e == 0:  # zero or subnormal: m * 2^-24, exact in float32
+        v = np.float32(m) * np.float32(5.9604644775390625e-08)
+        return -v if sign else v
+    if e == 31:  # inf or NaN
+        return _f32_of_bits(sign | np.uint32(0x7F800000) | (m << np.uint32(13)))
+    return _f32_of_bits(sign | ((e + np.uint32(112)) << np.uint32(23)) | (m << np.uint32(13)))
+
+
+@njit(inline="always", **_JIT_OPTS)
+def _narrow_f16_soft(x):
+    f = _bits_of_f32(np.float32(x))
+    sign = np.uint16((f & np.uint32(0x80000000)) >> np.uint32(16))
+    fe = f & np.uint32(0x7F800000)
+    if fe >= np.uint32(0x47800000):  # overflow, inf or NaN
+        sig = f & np.uint32(0x007FFFFF)
+        if fe == np.uint32(0x7F800000) and sig != 0:
+            return sign | np.uint16(0x7E00)  # a quiet NaN
+        return sign | np.uint16(0x7C00)
+    if fe <= np.uint32(0x38000000):  # a subnormal half or zero
+        if fe < np.uint32(0x33000000):
+            return sign
+        sig = (np.uint32(0x00800000) + (f & np.uint32(0x007FFFFF))) >> (np.uint32(113) - (fe >> np.uint32(23)))
+        if (sig & np.uint32(0x3FFF)) != np.uint32(0x1000) or (f & np.uint32(0x7FF)) != 0:
+            sig += np.uint32(0x1000)
+        return sign | np.uint16(sig >> np.uint32(13))
+    sig = f & np.uint32(0x007FFFFF)
+    if (sig & np.uint32(0x3FFF)) != np.uint32(0x1000):
+        sig += np.uint32(0x1000)
+    return sign | np.uint16(((fe - np.uint32(0x38000000)) >> np.uint32(13)) + (sig >> np.uint32(13)))
+
+
+def _has_f16c():
+    from . import isa
+    name, features = isa.numba_target()
+    flags = set(features.split(","))
+    return "+f16c" in flags or not features and name != "generic"
+
+
+if not _has_f16c():
+    widen_f16, narrow_f16 = _widen_f16_soft, _narrow_f16_soft
+
+
 # the trigonometric, hyperbolic, error and gamma functions of autogen.specfun, under the same names
 from .specfun import __all__ as _SPECFUN  # noqa: E402
 from .specfun import *  # noqa: E402,F401,F403

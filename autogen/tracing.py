@@ -1262,7 +1262,7 @@ def _kept_by_torch(module, forward, tensors):
     kept = set()
 
     def pack(t):
-        if t.numel():
+        if t.numel() and not _ops.symbolic(t):  # a fake tensor: a nested module's own trace, run by this one
             kept.update(where.get(t.untyped_storage().data_ptr(), ()))
         return t
 

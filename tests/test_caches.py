@@ -1,6 +1,7 @@
 """Every cache that replays a call (call plans, traces) keyed by everything that decides the result: aliasing
 between arguments, module state, globals. Examples of each defect found, then a property test that throws
 random call sequences at the caches and compares every result with torch."""
+import os
 import warnings
 
 import pytest
@@ -12,6 +13,10 @@ import autogen
 from autogen import functional as AF
 
 from cases import CASES, assert_matches, magnitude
+
+# CI runs a fixed set of examples (derandomized); AUTOGEN_FUZZ=long runs 20 times as many, at random
+LONG = os.environ.get("AUTOGEN_FUZZ") == "long"
+SCALE = 20 if LONG else 1
 
 LOSS_FNS = {"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "poisson_nll_loss",
             "binary_cross_entropy", "binary_cross_entropy_with_logits", "multilabel_soft_margin_loss",
@@ -215,7 +220,8 @@ def _alias(args, how, draw_index, name=""):
     return args
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=25 * SCALE, derandomize=not LONG, database=None, deadline=None,
+          suppress_health_check=list(HealthCheck))
 @given(st.lists(st.tuples(st.sampled_from(range(len(_LOSS_CASES))), st.sampled_from(["none", "same", "view"]),
                           st.integers(0, 5), st.sampled_from(["medium", "aggressive", "disabled"]), st.booleans(),
                           st.booleans(), st.sampled_from([1, 2]), st.sampled_from([torch.float32, torch.float64])),
@@ -239,7 +245,8 @@ def test_random_call_sequences_give_torchs_numbers(calls):
         torch.set_num_threads(threads)
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=20 * SCALE, derandomize=not LONG, database=None, deadline=None,
+          suppress_health_check=list(HealthCheck))
 @given(st.lists(st.tuples(st.sampled_from(_NONLINEARITIES), st.sampled_from([(7,), (33, 65), (4, 3, 5)]),
                           st.sampled_from(["contiguous", "transposed", "negative"]),
                           st.sampled_from(["medium", "aggressive"]), st.booleans(),

@@ -121,6 +121,8 @@ def test_cli_list_and_show():
     assert out.returncode == 0
     lines = out.stdout.splitlines()
     assert any(line.startswith("cross_entropy") and "handwritten" in line for line in lines)
+    assert any(line.split()[:2] == ["cross_entropy", "CrossEntropyLoss"] for line in lines)  # torch.nn's names
+    assert any(line.split()[:2] == ["leaky_relu", "LeakyReLU"] for line in lines)
     assert sum(1 for line in lines if " loss " in line) == 18
     assert any(line.startswith("leaky_relu") and line.split()[-2:] == ["handwritten", "autogen"] for line in lines)
     out = cli("show", "CrossEntropyLoss", "--dtype", "float64")

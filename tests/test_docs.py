@@ -12,7 +12,7 @@ import autogen
 from autogen import cli, report
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-DOCS = ["README.md", "docs/design.md", "docs/performance.md"]
+DOCS = ["README.md", "docs/design.md", "docs/performance.md", "docs/performance-avx2.md"]
 # README blocks that need more than one process or an Inductor compile; each is run by its own test
 SKIP = {"init_process_group": "test_reliability.py::test_ddp_two_gloo_ranks_match_the_torch_loss",
         "DistributedDataParallel": "test_reliability.py::test_ddp_two_gloo_ranks_match_the_torch_loss"}
@@ -112,6 +112,12 @@ def _run(tmp, malloc_env, scale=1.0):
             {"kind": "loss", "name": "mse_loss", "torch.float32 eager": 4.0, "torch.float32 ours": 2.0,
              "torch.bfloat16 eager": 9.0, "torch.bfloat16 ours": 3.0, "torch.bfloat16 on torch's op": True}]
             for s in ("default", "no page faults")}}, f)
+    with open(os.path.join(tmp, "train.json"), "w") as f:  # autogen bench --train
+        variants = {v: {"median_ms": ms, "p20_ms": ms, "p80_ms": ms, "peak_mb": 10.0, "loss_after": 2.0,
+                        "first_steps_s": 1.0, "loaded_over_quiet": 1.5}
+                    for v, ms in (("eager", 120.0), ("autogen", 100.0), ("compile", 90.0), ("compile+autogen", 80.0))}
+        json.dump([{"model": "lm", "size": {}, "variants": variants, "steps": 14,
+                    "shares": {"loss": 0.25, "act": 0.05}}], f)
     with open(os.path.join(tmp, "linear_ce.json"), "w") as f:  # bench_linear_ce.py --json
         json.dump([{"tokens": 2048, "vocab": 32768, "dtype": "float32", "state": "heap", "median": {"ours": 2.5},
                     "per_ours": {"eager": 1.1, "compile": 0.9}, "cpu_per_ours": {"eager": 1.2, "compile": 0.8},
@@ -156,6 +162,9 @@ def test_report_renders_a_run_and_rewrites_only_the_readme_block(tmp_path):
     new = readme.read_text()
     assert new.startswith("# title\n\nbefore\n\n" + report.BEGIN) and new.endswith(report.END + "\n\nafter\n")
     assert "old table" not in new and "performance.md" in new and f"| {geo:.2f}x |" in new
+    # the training steps beside the per-loss figures: eager/autogen 1.20x, compile/compile+autogen 1.12x
+    assert "| lm | 120.0 | 100.0 | 90.0 | 80.0 | 1.20x | 1.12x | 25% |" in new
+    assert "| lm | 120.0 | 100.0 | 90.0 | 80.0 | 1.20 | 1.12 | 25% | 5% |" in text
     assert ("(docs/speedup.png)" in new) == bool(importlib.util.find_spec("matplotlib"))
 
 

@@ -7,7 +7,15 @@ import numba
 import numpy as np
 import pytest
 
+from autogen import isa
 from autogen import mathlib as M
+
+# A generic x86-64 target (NUMBA_CPU_NAME=generic, CI's third run) has no FMA and 128-bit vectors: the float64
+# bound of the special functions' far tails is 1e-13 there (erfc at 24 errs by 5.7e-14 without fused
+# multiply-adds), and the tests of AVX code generation do not apply.
+GENERIC = isa.numba_isa() == "generic"
+F64_BOUND = 1e-13 if GENERIC else 1e-14
+avx_only = pytest.mark.skipif(GENERIC, reason="asserts AVX code generation; the target is generic x86-64")
 
 FUNCS = ['exp', 'expm1', 'log', 'log1p', 'log1pexp', 'tanh', 'sigmoid', 'erf']
 DTYPES = [np.float32, np.float64]
@@ -225,6 +233,7 @@ def test_vectorizes(name, dt):
         assert 'double' not in llvm_ir      # no float64 promotion
 
 
+@avx_only
 def test_parallel_prange_vectorizes():
     @numba.njit(parallel=True, fastmath=M.FASTMATH)
     def k(a, out):
@@ -311,7 +320,7 @@ def check_accuracy(name, x, y, ref, rel=None):
     err[(y == ref) | (np.isnan(y) & np.isnan(ref))] = 0
     err[np.isnan(err)] = np.inf
     i = int(np.argmax(err))
-    assert err[i] <= 1e-14, (name, x[i], y[i], ref[i], err[i])
+    assert err[i] <= F64_BOUND, (name, x[i], y[i], ref[i], err[i])
 
 
 @pytest.mark.parametrize('dt', DTYPES, ids=['f32', 'f64'])
@@ -448,6 +457,7 @@ def loop_kernel(name, arity):
     return k1
 
 
+@avx_only
 @pytest.mark.parametrize('dt', DTYPES, ids=['f32', 'f64'])
 @pytest.mark.parametrize('name,arity', [('cosh', 1), ('tan', 1), ('erfinv', 1), ('lgamma', 1), ('atan2', 2)])
 def test_special_vectorizes(name, arity, dt):

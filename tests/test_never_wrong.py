@@ -129,3 +129,16 @@ def test_a_number_from_sizes_alone_falls_back_and_one_from_data_raises():
     assert_matches(out, _SizesToList()(x, t))
     with pytest.raises(autogen.TracingError), autogen.policy("aggressive"):
         _DataToList(use_autogen=True)(torch.randn(4, 6), torch.ones(4, 1))
+
+
+@pytest.mark.parametrize("policy", ["medium", "aggressive"])
+def test_compiled_prelu_under_autocast_returns_torchs_dtype(policy):
+    torch._dynamo.reset()
+    lin, w = torch.nn.Linear(8, 8), torch.rand(8, requires_grad=True)
+    h = torch.randn(16, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = TF.prelu(lin(h), w)
+        with autogen.policy(policy):
+            got = torch.compile(lambda h: AF.prelu(lin(h), w), backend="aot_eager")(h)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)

@@ -100,8 +100,9 @@ def test_handwritten_kernels_under_medium(name, every_size):
 def test_gelu_float32_error(every_size):
     """The float32 gelu kernel's own erf (a rational, not mathlib's) errs against float64 by at most a stated
     bound in units of float32's epsilon, eps max(|y|, 1), in value and gradient, over a dense grid and the
-    tails: 7 eps for the value (the rational's 3e-7 near erf = -1 shows in gelu's negative tail), 2 eps for the
-    gradient. docs/performance.md compares it with torch's float32 gelu on AVX2 and AVX-512."""
+    tails: 7 eps for the value (the rational's 3e-7 near erf = -1 shows in gelu's negative tail; 8 on a
+    generic x86-64 target, without fused multiply-adds: 7.4 measured), 2 eps for the gradient.
+    docs/performance.md compares it with torch's float32 gelu on AVX2 and AVX-512."""
     x = torch.cat([torch.linspace(-12, 12, 1 << 20), torch.randn(1 << 16) * 3]).requires_grad_()
     with autogen.policy("medium"), autogen.record() as rec:
         y = AF.gelu(x)
@@ -111,7 +112,8 @@ def test_gelu_float32_error(every_size):
     y64 = TF.gelu(x64)
     (g64,) = torch.autograd.grad(y64, x64, torch.ones_like(y64))
     eps = torch.finfo(torch.float32).eps
-    for ours, exact, bound in ((y, y64, 7), (g, g64, 2)):
+    from autogen import isa
+    for ours, exact, bound in ((y, y64, 8 if isa.numba_isa() == "generic" else 7), (g, g64, 2)):
         units = (ours.double() - exact).abs() / (eps * exact.detach().abs().clamp_min(1))
         assert units.max() <= bound, (units.max(), x[units.argmax()])
 
