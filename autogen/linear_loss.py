@@ -381,9 +381,7 @@ def linear_cross_entropy(input, weight, target, bias=None, *, ignore_index=-100,
     t = target.detach().reshape(-1).long().contiguous()
     transformed = _transformed((input, weight) if bias is None else (input, weight, bias))
     if t.numel() and t.device.type == "cpu" and not transformed:  # else torch's cross_entropy checks
-        i = _first_bad_target(t.numpy(), V, ignore)
-        if i >= 0:
-            raise IndexError(f"Target {int(t[i])} is out of bounds.")
+        _check_targets(t, V, ignore)
     path, reason = _policy.choose(True)  # handwritten; 'aggressive': the engine's kernel of chunk_graph
     if not use_autogen:
         path, reason = "fallback", "use_autogen=False: torch ops per chunk"
@@ -410,6 +408,13 @@ def linear_cross_entropy(input, weight, target, bias=None, *, ignore_index=-100,
             out = _forward(h, weight, bias, t, o, (False,) * 3)[0].to(input.dtype)
         _note(o, "forward")
     return _finish(out, target, reduction, o.z_out[0].to(input.dtype) if return_z_loss else None)
+
+
+def _check_targets(t, V, ignore):
+    """torch's IndexError for a class index (other than `ignore`) outside [0, V) of the flat int64 targets."""
+    i = _first_bad_target(t.numpy(), V, ignore)
+    if i >= 0:
+        raise IndexError(f"Target {int(t[i])} is out of bounds.")
 
 
 def _z_term(h, W, t, b, o):
@@ -844,9 +849,7 @@ def _linear_ce_cpu(h, W, b, t, options, needs):
     o = _opts_of(options)
     t = t.long().contiguous()
     if t.numel():
-        i = _first_bad_target(t.numpy(), W.shape[0], o.ignore)
-        if i >= 0:
-            raise IndexError(f"Target {int(t[i])} is out of bounds.")
+        _check_targets(t, W.shape[0], o.ignore)
     if h.shape[0] == 0 or W.shape[0] == 0:
         out, grads = reference(h, W, t, b, o).double(), [None] * 3
     else:

@@ -27,6 +27,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
+from . import isa
+
 __all__ = ['FASTMATH', 'KERNEL_FASTMATH', 'exp', 'expm1', 'log', 'log1p', 'log1pexp', 'tanh', 'sigmoid', 'erf', 'maxnum']
 
 # No 'nnan'/'ninf': NaN/Inf inputs and results must keep IEEE semantics. No 'afn'.
@@ -588,7 +590,6 @@ def _narrow_f16_soft(x):
 
 
 def _has_f16c():
-    from . import isa
     name, features = isa.numba_target()
     flags = set(features.split(","))
     return "+f16c" in flags or not features and name != "generic"
