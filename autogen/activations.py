@@ -12,12 +12,15 @@ import torch
 
 from . import inline
 from . import isa as _isa
-from . import ops as _ops
+from . import opcall as _ops
 from . import policies as _policy
-from .executor import (LossGraph, Problem, _capture, _differentiable, _transformed, execute, handwritten_for, observers,
-                       rerun, shaped)
+from .dispatch import COMPILE, SYMBOLIC, TRACE, route
+from .executor import execute, grad_wanted, handwritten_for, observe, observers, rerun, under_transform
+from .pool import shaped
+from .graphs import LossGraph, Problem
 from .ir import COL, ELEM, ROW, SCALAR, apply as A, input as inp, param
-from .policies import calm as _calm, tracing as _tracing
+from .kernels.nonlinear import GLU
+from .policies import calm as _calm
 
 _Tensor = torch.Tensor
 _LOW16 = (torch.bfloat16, torch.float16)
@@ -264,7 +267,7 @@ def run(name, input, inplace=False, variant=None, **options):
     """Apply nonlinearity `name` through the policy's path; torch's semantics for `inplace`."""
     if _calm[0] and type(input) is _Tensor and FASTER_FROM is not None and not _ops.compiling():
         # the common call (policy medium or disabled, nothing recorded or traced): torch's op where it is
-        # faster, in as few steps as we can (at 1K elements torch's whole call is ~2 us)
+        # faster, in as few steps as we can
         limit = _limit(name, input.dtype, input.requires_grad and torch.is_grad_enabled(), inplace)
         if (limit is None or input.numel() < limit) and input.is_floating_point() and not input.is_meta:
             if variant is not None:
@@ -272,17 +275,18 @@ def run(name, input, inplace=False, variant=None, **options):
             if inplace:
                 options["inplace"] = True
             return getattr(torch.nn.functional, name)(input, **options)
-    if _ops.compiling():
+    rung = route((input,))
+    if rung is COMPILE:
         if _calm[0] and FASTER_FROM is not None:  # medium or disabled (Dynamo guards on the flag): torch's op,
             # which Inductor fuses with its neighbours; our operator would be a fusion boundary in the graph
             return _torch_fn(name, input, inplace, variant, options)
         return _as_op(name, input, inplace, variant, options)
-    tracing = _tracing()
+    tracing = rung is TRACE
     if tracing and (inplace or not inline.active()):  # torch's op, traced (an in-place op stays one)
         return _torch_fn(name, input, inplace, variant, options)
     if isinstance(input, torch.Tensor) and not input.is_floating_point():  # torch's result or torch's error
         return _torch_fn(name, input, inplace, variant, options)
-    if (input.is_meta or type(input) is not _Tensor and _ops.symbolic(input)) and not tracing:  # no data
+    if rung is SYMBOLIC:  # no data
         return _as_op(name, input, inplace, variant, options)
     reason = None if tracing else _torch_faster(name, input, inplace=inplace)
     if reason:
@@ -304,23 +308,23 @@ def run(name, input, inplace=False, variant=None, **options):
             _PROBLEMS[key] = prob
     if tracing:  # inside an @autogen_loss trace: our decomposition, inlined into the caller's graph
         return inline.emit(prob, [x], input.shape).to(input.dtype)
-    hw = prob.__dict__.get("_hw", _UNSET)
+    hw = prob.memo.get("hw", _UNSET)
     if hw is _UNSET:  # the handwritten engine factory (None: there is none), found once per problem
-        hw = prob._hw = handwritten_for("NONLINEAR", name, prob)
-    if _transformed([x]):
+        hw = prob.memo["hw"] = handwritten_for("NONLINEAR", name, prob)
+    if under_transform([x]):
         out = execute(prob, [x], True, hw)  # torch's ops
     else:
         if getattr(hw, "masked", False):
             path, reason = _policy.choose(True)
             if path == "handwritten":
-                _capture(prob)
+                observe(prob)
                 return _run_masked(hw.of(prob, reason), input, x, inplace)  # 16 bits: read as they are
         # the engine the last call of this problem ran, rerun while the policy is the same: one per gradient
         # need and storage dtype (a fused engine keeps the plan of its last forward for its backward)
-        kept = prob.__dict__.get("_kept")
+        kept = prob.memo.get("kept")
         if kept is None:
-            kept = prob._kept = {}
-        way = (_differentiable((x,)), x.dtype)
+            kept = prob.memo["kept"] = {}
+        way = (grad_wanted((x,)), x.dtype)
         keep = kept.get(way)
         if keep is None:
             keep = kept[way] = _Kept()
@@ -389,15 +393,16 @@ def _run_masked(engine, input, x, inplace):
 
 def prelu(input, weight):
     """torch.nn.functional.prelu: one weight, or one per channel (dim 1)."""
-    if _ops.compiling() and _calm[0] and FASTER_FROM is not None:  # torch's op for Inductor to fuse (run())
+    rung = route((input, weight))
+    if rung is COMPILE and _calm[0] and FASTER_FROM is not None:  # torch's op for Inductor to fuse (run())
         return torch.nn.functional.prelu(input, weight)
     if torch.is_autocast_enabled("cpu"):  # prelu is on autocast's lower-precision list: cast before the
         low = torch.get_autocast_dtype("cpu")  # operator, which runs outside autocast
         input, weight = (t.to(low) if t.is_floating_point() and t.dtype != torch.float64 else t
                          for t in (input, weight))
-    if _ops.compiling() or not _tracing() and _ops.symbolic(input, weight):
+    if rung is COMPILE or rung is SYMBOLIC:
         return _ops.nonlinearity("prelu", [input, weight], {})
-    if _tracing():
+    if rung is TRACE:
         return torch.nn.functional.prelu(input, weight)
     reason = _torch_faster("prelu", input, weight) if input.is_floating_point() else None
     if reason:
@@ -439,11 +444,12 @@ def prelu(input, weight):
 
 
 def glu(input, dim=-1):
-    if _ops.compiling() and _calm[0] and FASTER_FROM is not None:  # torch's op for Inductor to fuse (run())
+    rung = route((input,))
+    if rung is COMPILE and _calm[0] and FASTER_FROM is not None:  # torch's op for Inductor to fuse (run())
         return torch.nn.functional.glu(input, dim)
-    if _ops.compiling() or not _tracing() and _ops.symbolic(input):
+    if rung is COMPILE or rung is SYMBOLIC:
         return _ops.nonlinearity("glu", [input], {"dim": dim})
-    if _tracing():
+    if rung is TRACE:
         return torch.nn.functional.glu(input, dim)
     reason = _torch_faster("glu", input) if input.is_floating_point() else None
     if reason:
@@ -454,11 +460,11 @@ def glu(input, dim=-1):
     size = input.size(dim)
     if size % 2:
         raise RuntimeError(f"Halving dimension must be even, but dimension {dim % input.dim()} is size {size}")
-    if input.numel() and input.is_contiguous() and not _transformed([input]):
+    if input.numel() and input.is_contiguous() and not under_transform([input]):
         path, reason = _policy.choose(True)
         if path == "handwritten":  # the halves read in place: no copy of either
             if observers:  # an explain() running: the problem it explains
-                _capture(Problem(graph("glu"), input.numel() // 2, 0, 0, cdt, {}))
+                observe(Problem(graph("glu"), input.numel() // 2, 0, 0, cdt, {}))
             return _glu_apply(_glu_engine(cdt), reason, input, dim % input.dim())
     a, b = input.chunk(2, dim)
     a, b = (_stored(t, cdt).contiguous() for t in (a, b))
@@ -468,7 +474,6 @@ def glu(input, dim=-1):
 
 @functools.lru_cache(maxsize=None)
 def _glu_engine(cdt):
-    from .kernels.nonlinear import GLU
     return GLU(cdt)
 
 
@@ -494,7 +499,7 @@ class _Glu(torch.autograd.Function):
         return None, None, ctx.engine.backward(x, gout, ctx.dim), None
 
 
-# the Functions' apply without torch.autograd.Function.apply's Python layer (~1.7 us a call), as executor._apply:
+# the Functions' apply without torch.autograd.Function.apply's Python layer, as executor._apply:
 # that layer matters only under torch.func transforms, which their callers send to torch's ops first
 _masked_apply = super(torch.autograd.Function, _Masked).apply
 _glu_apply = super(torch.autograd.Function, _Glu).apply

@@ -10,13 +10,10 @@ losses.csv/losses.json and nonlinearities.csv (the main size), speedup.png (spee
 """
 import argparse
 import csv
-import ctypes
 import functools
-import gc
 import json
 import math
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -28,7 +25,12 @@ import torch.nn.functional as TF
 import autogen
 from autogen import functional as AF
 from autogen import isa as _isa
+from autogen import activations, train_bench
+from autogen.corpus import CORPUS, make
+from autogen.executor import tensors_in
+from autogen import report
 from autogen.report import TORCH_LEGEND, TORCH_MARK
+from autogen.timing import MODES, fwd_bwd, fwd_only, measure, peak_mb, reps_for, timed  # noqa: F401 - bench API
 
 
 ROWS = ("multilabel_soft_margin_loss", "multi_margin_loss", "triplet_margin_loss",
@@ -77,104 +79,6 @@ def inputs(name, n_elems):
     return [x.requires_grad_(), t]
 
 
-# -- timing ------------------------------------------------------------------------------------
-def _stats(times):
-    times = sorted(times)
-    return {"median": statistics.median(times), "p20": times[len(times) // 5], "p80": times[(4 * len(times)) // 5]}
-
-
-def timed(fn, reps):
-    """One callable alone (median, p20, p80 of reps calls after two warm-up calls)."""
-    return measure({"_": fn}, reps)["_"]
-
-
-def measure(fns, reps, clock=time.perf_counter):
-    """Interleaved repetitions: each round calls every variant once, in a fresh random order (seeded:
-    the same in every run), so a slow spell of this shared machine falls on all variants alike and no
-    variant always runs after the same one. A fixed cycle did that: the fused kernel always ran after
-    the op-by-op path, paying for the dirty cache it leaves, and eager after the light default path
-    (docs/performance.md has the figures)."""
-    for fn in fns.values():  # compile / warm up
-        fn()
-        fn()
-    keys = list(fns)
-    times = {k: [] for k in keys}
-    rng = random.Random(0)
-    for _ in range(reps):
-        order = keys[:]
-        rng.shuffle(order)
-        for k in order:
-            t0 = clock()
-            fns[k]()
-            times[k].append(clock() - t0)
-    return {k: _stats(v) for k, v in times.items()}
-
-
-def fwd_bwd(fn, args):
-    """Forward, then backward as a training step runs it: .grad set to None (zero_grad's default), then
-    out.backward(), which makes the gradient .grad. torch.autograd.grad would hide a copy .backward()
-    makes of a gradient that something else still holds (our fused losses did that until this harness
-    used .backward())."""
-    grad_out = []
-    leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
-
-    def run():
-        for a in leaves:
-            a.grad = None
-        out = fn(*args)
-        if not grad_out:
-            grad_out.append(torch.ones_like(out))
-        out.backward(grad_out[0])
-    return run
-
-
-def fwd_only(fn, args):
-    def run():
-        with torch.no_grad():
-            fn(*args)
-    return run
-
-
-MODES = {"fwd+bwd": fwd_bwd, "fwd": fwd_only}
-
-try:
-    _libc = ctypes.CDLL(None)
-    _malloc_trim = _libc.malloc_trim
-except (OSError, AttributeError):  # not glibc
-    _malloc_trim = None
-
-
-def _status_kb(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise OSError(field)
-
-
-def peak_mb(fn):
-    """Peak resident memory one call adds (MB): the allocator's free memory handed back first, the
-    kernel's high-water mark reset (/proc/self/clear_refs), then VmHWM - VmRSS. None off Linux."""
-    try:
-        gc.collect()
-        autogen.empty_cache()  # our pool's free buffers too: a call's outputs count as new memory
-        if _malloc_trim is not None:
-            _malloc_trim(0)
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        before = _status_kb("VmRSS")
-        fn()
-        return max(_status_kb("VmHWM") - before, 0) / 1024
-    except OSError:
-        return None
-
-
-def reps_for(n, base):
-    """More repetitions for small inputs (their calls are short and noisier)."""
-    return base * max(1, min(20, (1 << 20) // max(n, 1)))
-
-
-# -- variants ----------------------------------------------------------------------------------
 def _call(fn, opts, arity):
     """`fn` called as user code calls it: the tensors positional, the options as keywords, one lambda
     frame (eager and ours alike). `lambda *a: fn(*a, **opts)` would copy the dict and match its
@@ -301,7 +205,6 @@ NL_STATE_VARIANTS = ("eager", "default", "ours", "autogen")
 
 def _table_off(fn):
     """`fn` with activations.FASTER_FROM off: policy medium's kernel at every size (handwritten, else generated)."""
-    from autogen import activations
 
     def run(*a):
         saved, activations.FASTER_FROM = activations.FASTER_FROM, None
@@ -319,7 +222,6 @@ def saved_bytes(fn, args):
     """Bytes one forward call keeps for backward: what autograd packs (saved_tensors_hooks; an input counts,
     as it is kept alive for backward), and the tensors our autograd Functions hold on their context
     (executor._LossFunction's `saved`), each memory once."""
-    from autogen.executor import _tensors_in
     seen = set()
     total = [0]
 
@@ -337,7 +239,7 @@ def saved_bytes(fn, args):
             continue
         visited.add(id(node))
         saved = getattr(node, "saved", None)
-        for t in _tensors_in(() if saved is None else saved):
+        for t in tensors_in(() if saved is None else saved):
             count(t)
         nodes += [f for f, _ in node.next_functions]
     return total[0]
@@ -436,7 +338,6 @@ CROSSOVER_SIZES = (1 << 16, 1 << 18, 1 << 20, 1 << 22)
 def crossover_child(names, sizes, reps, dtype="float32", threads=1):
     """eager / ours (policy medium, its size table off) per name, size and mode, on `dtype` data; on one thread
     timed by its CPU time, or on `threads` timed by the wall clock."""
-    from autogen import activations
     activations.FASTER_FROM = None  # every size to our kernel
     torch.set_num_threads(threads)
     clock = time.thread_time if threads == 1 else time.perf_counter
@@ -784,7 +685,6 @@ from .corpus import PseudoHuber as RobustLoss  # noqa: E402,F401 - the pseudo-Hu
 def bench_custom(n_elems, reps, compile=True):
     """The custom-loss corpus (autogen.corpus) at about n_elems elements: eager module, the fused kernel
     (policy medium: every corpus loss is fused), and torch.compile (Inductor) of the module."""
-    from .corpus import CORPUS, make
     cols = 512
     rows = max(n_elems // cols, 1)
     print()
@@ -869,7 +769,7 @@ def _sizes(text):
     return out
 
 
-def main(argv=None):
+def _parser():
     ap = argparse.ArgumentParser(prog="autogen bench", description="losses and nonlinearities: ours vs torch eager "
                                  "and torch.compile, forward+backward and forward only")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
@@ -908,49 +808,60 @@ def main(argv=None):
                     help="directory for bench.csv/.json, losses.csv/.json, nonlinearities.csv, speedup.png")
     ap.add_argument("--report", metavar="DOC", help="time nothing: write DOC (docs/performance.md) from --out's results")
     ap.add_argument("--readme", metavar="README", help="with --report: also rewrite README's results table")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def _dump(out, name, data):
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, name), "w") as f:
+        json.dump(data, f, indent=1)
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
     if args.report:
-        from .report import write
-        return write(args.report, args.out, args.readme)
+        return report.write(args.report, args.out, args.readme)
     reps = 5 if args.quick else 15
-    if args.train is not None:
-        from . import train_bench
-        results = train_bench.main(args.train or list(train_bench.SIZES), quick=args.quick, load=args.load)
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "train.json"), "w") as f:
-            json.dump(results, f, indent=1)
-        return
-    if args.channel_first:
-        channel_first_table(reps, compile=not args.no_compile)
-        return
-    if args.custom:  # the custom-loss section alone, at about 2M elements unless --elems says otherwise
-        elems = args.elems if args.elems != 1 << 22 else 1 << 21
-        rows = bench_custom(elems, reps, compile=not args.no_compile)
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "custom.json"), "w") as f:
-            json.dump({"elements": elems, "threads": torch.get_num_threads(), "rows": rows}, f, indent=1)
-        return
     sizes = SWEEP if args.sweep else (args.sizes or [args.elems])
     main_size = args.elems if args.elems in sizes else max(sizes)
     nl_names = [] if args.no_nonlinearities else (args.nonlinearities or list(AF.NONLINEARITIES))
     dtype_names = [("loss", name) for name in args.losses] + [("nonlinearity", name) for name in nl_names]
-    if args.dtypes:
+    if _one_table(args, reps, main_size, nl_names, dtype_names):
+        return None
+    return _all_tables(args, argv, reps, sizes, main_size, nl_names, dtype_names)
+
+
+def _one_table(args, reps, main_size, nl_names, dtype_names):
+    """Run the one table an option asks for alone (--train, --channel-first, --custom, --dtypes, --crossovers,
+    --states-only); False when none does."""
+    if args.train is not None:
+        _dump(args.out, "train.json", train_bench.main(args.train or list(train_bench.SIZES), quick=args.quick,
+                                                       load=args.load))
+    elif args.channel_first:
+        channel_first_table(reps, compile=not args.no_compile)
+    elif args.custom:  # the custom-loss section alone, at about 2M elements unless --elems says otherwise
+        elems = args.elems if args.elems != 1 << 22 else 1 << 21
+        rows = bench_custom(elems, reps, compile=not args.no_compile)
+        _dump(args.out, "custom.json", {"elements": elems, "threads": torch.get_num_threads(), "rows": rows})
+    elif args.dtypes:
         dtype_table(dtype_names, main_size, reps, args.out, args.dtypes_threads)
-        return
-    if args.crossovers:
+    elif args.crossovers:
         crossovers(nl_names, sizes=args.sizes or CROSSOVER_SIZES, reps=reps, dtype=args.dtype, write=args.write)
-        return
-    if args.states_only:
+    elif args.states_only:
         rows = nonlinearity_states(nl_names, main_size, reps, args.modes, args.states_threads)
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "nonlinearity_states.json"), "w") as f:
-            json.dump({"elements": main_size, "threads": torch.get_num_threads(), "rows": rows}, f, indent=1)
-        return
+        _dump(args.out, "nonlinearity_states.json",
+              {"elements": main_size, "threads": torch.get_num_threads(), "rows": rows})
+    else:
+        return False
+    return True
+
+
+def _all_tables(args, argv, reps, sizes, main_size, nl_names, dtype_names):
+    """The loss and nonlinearity tables at every size and mode, then the custom, dtype and allocator-state ones."""
     drop = {"compile"} if args.no_compile else set()
     loss_variants = [v for v in VARIANTS if v not in drop]
     nl_variants = [v for v in NL_VARIANTS if v not in drop]
     small_cells = [] if 1024 in sizes else [("loss", name) for name in args.losses]
-
     cells = [("loss", name, n, mode, loss_variants) for n in sizes for mode in args.modes for name in args.losses]
     cells += [("loss", name, 1024, "fwd+bwd", ["eager", "default"]) for _, name in small_cells]
     cells += [("nonlinearity", name, n, mode, nl_variants) for n in sizes for mode in args.modes for name in nl_names]
@@ -967,27 +878,12 @@ def main(argv=None):
         records += run_cell(kind, name, n, mode, variants, reps if n > 1024 else reps * 2, memory)
         progress.step(f"{kind} {name} {_size_label(n)} {mode}")
     idx = _index(records)
-
-    def size_of(kind):
-        def f(name):
-            return next((r["size"] for r in records if r["kind"] == kind and r["name"] == name
-                         and r["variant"] != "default" and _near(r["size"], main_size)), None)
-        return f
-
-    small = {}
-    for name in args.losses:
-        ks = [r for r in records if r["kind"] == "loss" and r["name"] == name and r["mode"] == "fwd+bwd"
-              and r["size"] <= 1024]
-        e = next((r for r in ks if r["variant"] == "eager"), None)
-        d = next((r for r in ks if r["variant"] == "default"), None)
-        if e and d:
-            small[name] = e["median_ms"] / d["median_ms"]
+    size_of = functools.partial(_size_of, records, main_size)
+    small = _small_ratios(records, args.losses)
     summary = {"threads": torch.get_num_threads(), "triad_bandwidth_bytes_per_s": bandwidth,
                "sizes": sizes, "main_size": main_size, "tables": {}, **run_info}
     for kind, names, variants in (("loss", args.losses, loss_variants), ("nonlinearity", nl_names, nl_variants)):
-        if not names:
-            continue
-        for mode in args.modes:
+        for mode in args.modes if names else ():
             geo = print_table(kind, mode, f"~{_size_label(main_size)} elements", names, idx, size_of(kind),
                               variants, bandwidth, small if kind == "loss" and mode == "fwd+bwd" else None)
             summary["tables"][f"{kind} {mode}"] = geo
@@ -1006,7 +902,32 @@ def main(argv=None):
         dtype_table(dtype_names, main_size, max(reps // 3, 5), args.out, args.dtypes_threads)
     state_rows = [] if args.no_states or not nl_names else nonlinearity_states(nl_names, main_size, reps, args.modes,
                                                                                 args.states_threads)
+    return _write_results(args, records, summary, size_of, small, bandwidth, nl_names, custom_rows, state_rows)
 
+
+def _size_of(records, main_size, kind):
+    """name -> the size of its main-size records of `kind`."""
+    def f(name):
+        return next((r["size"] for r in records if r["kind"] == kind and r["name"] == name
+                     and r["variant"] != "default" and _near(r["size"], main_size)), None)
+    return f
+
+
+def _small_ratios(records, losses):
+    """loss -> eager / default at 1K elements (forward+backward)."""
+    small = {}
+    for name in losses:
+        ks = [r for r in records if r["kind"] == "loss" and r["name"] == name and r["mode"] == "fwd+bwd"
+              and r["size"] <= 1024]
+        e = next((r for r in ks if r["variant"] == "eager"), None)
+        d = next((r for r in ks if r["variant"] == "default"), None)
+        if e and d:
+            small[name] = e["median_ms"] / d["median_ms"]
+    return small
+
+
+def _write_results(args, records, summary, size_of, small, bandwidth, nl_names, custom_rows, state_rows):
+    """bench.csv/.json, losses.csv/.json, nonlinearities.csv and the plot under args.out."""
     out = args.out
     os.makedirs(out, exist_ok=True)
     fields = list(dict.fromkeys(k for r in records for k in r))
@@ -1025,11 +946,9 @@ def main(argv=None):
     png = None if args.no_plot else plot(records, os.path.join(out, "speedup.png"))
     summary["plot"] = png
     summary["loadavg_end"] = os.getloadavg()[0]  # the report shows how busy the machine was
-    with open(os.path.join(out, "bench.json"), "w") as f:
-        json.dump({"summary": summary, "records": records, "custom": custom_rows,
-                   "nonlinearity_states": state_rows}, f, indent=1)
-    with open(os.path.join(out, "losses.json"), "w") as f:
-        json.dump({"rows": rows, "nonlinearities": nl_rows, "custom": custom_rows, **summary}, f, indent=1)
+    _dump(out, "bench.json", {"summary": summary, "records": records, "custom": custom_rows,
+                              "nonlinearity_states": state_rows})
+    _dump(out, "losses.json", {"rows": rows, "nonlinearities": nl_rows, "custom": custom_rows, **summary})
     print(f"wrote {os.path.join(out, 'bench.csv')}, bench.json, losses.csv/.json, nonlinearities.csv"
           + (f", {os.path.basename(png)}" if png else ""))
     return summary

@@ -106,8 +106,8 @@ def cmd_explain(args):
     print(f"policy: {get_policy()} (from {policy_source()})")
     nl = model.get("nonlinearity")
     if nl:
-        if nl not in agnn._BY_NAME:
-            raise CLIError(f"unknown model.nonlinearity {nl!r}; known: {', '.join(sorted(agnn._BY_NAME))}")
+        if nl not in agnn.BY_NAME:
+            raise CLIError(f"unknown model.nonlinearity {nl!r}; known: {', '.join(sorted(agnn.BY_NAME))}")
         path, reason = choose("handwritten" in _paths("nonlinearity", nl))
         print(f"nonlinearity {nl}: {path} ({reason})")
     loss = model.get("loss")

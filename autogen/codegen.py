@@ -16,7 +16,7 @@ import jinja2
 import numba
 from importlib import resources
 
-from . import __version__
+from .version import __version__
 from .errors import ScheduleError
 from . import schedule
 from .ir import COL, ELEM, ROW, SCALAR, const, describe, fmt_const, param, toposort
@@ -25,13 +25,12 @@ from .primitives import PRIMS
 from .schedule import STASH_COST as _STASH_COST  # a value this costly per element is stashed, not recomputed
 from .schedule import late_set  # noqa: F401 - the executor's import
 
-_ENV = jinja2.Environment(loader=jinja2.FunctionLoader(
+TEMPLATES = jinja2.Environment(loader=jinja2.FunctionLoader(
     lambda name: resources.files("autogen.templates").joinpath(name).read_text()),
     undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
 
-_BLOCK = 1 << 14  # elements per block for losses without rows
 # numba's cache does not see changes to inlined helpers: the math library's hash goes into every kernel
-_MATHLIB = hashlib.sha1(b"".join(resources.files("autogen").joinpath(f).read_bytes()
+MATHLIB_SALT = hashlib.sha1(b"".join(resources.files("autogen").joinpath(f).read_bytes()
                                   for f in ("mathlib.py", "specfun.py"))).hexdigest()[:12]
 
 
@@ -108,6 +107,7 @@ class KernelSpec:
                         + [f"{k}:{v}" for k, v in sorted(self.storage.items(), key=str)]
                         + ([f"layout:{layout}"] if layout != "row" else []))
         self.key = hashlib.sha1(body.encode()).hexdigest()[:20]
+        self.memo = {}  # what the runtime works out once per spec (its signature, its launch plan)
 
     def graph_text(self):
         return describe([n for n, _ in self.outputs])
@@ -243,13 +243,13 @@ def render(spec, cache=True, parallel=False):
         passes.append(dict(before=before, head=head, pad=pad, fold=fold, **body))
     post = scalar_lines(sched.post) + [f"out_{j}[0] = {names[spec.outputs[j][0].digest]}" for j in sched.scalar_outputs]
     # each input as (address, length, a zero of its element type): the launch passes a tensor's data_ptr()
-    # where a numpy view costs ~1 us a tensor to make; the kernel reads it as an array
+    # where making a numpy view costs more than the kernel; the kernel reads it as an array
     args = [f"in_{n.attr}__{k}" for n in spec.inputs for k in "anz"] + [f"p_{n.attr}" for n in spec.params]
     args += [f"out_{j}" for j in range(len(spec.outputs))]
     prologue = [f"in_{n.attr} = __nb.carray(__m.at(in_{n.attr}__a, in_{n.attr}__z), in_{n.attr}__n)"
                 for n in spec.inputs]
-    return _ENV.get_template("kernel.py.j2").render(prologue=prologue,
-        key=spec.key, graph_comment=[spec.label, f"mathlib {_MATHLIB}"] + sched.describe(spec), dtype=spec.dtype,
+    return TEMPLATES.get_template("kernel.py.j2").render(prologue=prologue,
+        key=spec.key, graph_comment=[spec.label, f"mathlib {MATHLIB_SALT}"] + sched.describe(spec), dtype=spec.dtype,
         parallel=parallel, fastmath=repr(sorted(KERNEL_FASTMATH)).replace("[", "{").replace("]", "}"), cache=cache,
         args=args + ["__part"], passes=passes, post=post)
 

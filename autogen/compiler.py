@@ -20,16 +20,12 @@ import types
 import warnings
 
 from .codegen import render
+from .config import cache_dir
 
 log = logging.getLogger("autogen")
 _lock = threading.RLock()
-_kernels = {}
+compiled_kernels = {}
 _warned_dirs = set()
-
-
-def cache_dir():
-    from .config import cache_dir as configured
-    return configured()
 
 
 def _write_atomic(path, text):
@@ -190,11 +186,11 @@ def _load_memory(spec, parallel):
 def get_kernel(spec, parallel=False):
     """The compiled kernel for `spec` (numba compiles it at its first call)."""
     key = (spec.key, parallel)
-    fn = _kernels.get(key)
+    fn = compiled_kernels.get(key)
     if fn is not None:
         return fn
     with _lock:
-        fn = _kernels.get(key)
+        fn = compiled_kernels.get(key)
         if fn is None:
             t0 = time.perf_counter()
             _load_file.hit = False
@@ -212,5 +208,5 @@ def get_kernel(spec, parallel=False):
                      spec.key)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("generated source of %s:\n%s", spec.label, render(spec, cache=True, parallel=parallel))
-            _kernels[key] = fn
+            compiled_kernels[key] = fn
     return fn

@@ -10,7 +10,7 @@ import os
 import yaml
 
 from . import policies
-from .policies import LAYERS, _from_env, normalize, parse_bool
+from .policies import LAYERS, from_env, normalize, parse_bool
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 log = logging.getLogger("autogen")
@@ -29,9 +29,9 @@ def _parse_dir(value):
     return os.path.expanduser(value)
 
 
-_from_env("AUTOGEN_CACHE_DIR", _parse_dir)  # checked at import; read at each use (tests and tools set it late)
+from_env("AUTOGEN_CACHE_DIR", _parse_dir)  # checked at import; read at each use (tests and tools set it late)
 _cache_layers = {"config": None, "env": None}
-_level_layers = {"config": None, "env": _from_env("AUTOGEN_LOG_LEVEL", _parse_level)}
+_level_layers = {"config": None, "env": from_env("AUTOGEN_LOG_LEVEL", _parse_level)}
 
 
 def _env_cache_dir():
@@ -58,10 +58,10 @@ def _apply_log_level():
 
 # key under runconfig -> (parser, valid choices for the message, where it goes)
 KEYS = {
-    "autogen_policy": (normalize, "disabled, default, medium, aggressive", policies._policy_layers),
+    "autogen_policy": (normalize, "disabled, default, medium, aggressive", policies.policy_layers),
     "autogen_cache_dir": (_parse_dir, "a directory path", _cache_layers),
     "autogen_log_level": (_parse_level, ", ".join(LOG_LEVELS), _level_layers),
-    "autogen_strict": (parse_bool, "true, false", policies._strict_layers),
+    "autogen_strict": (parse_bool, "true, false", policies.strict_layers),
 }
 
 
@@ -116,11 +116,11 @@ def settings():
     """Each setting's value and the layer it comes from."""
     def source(layers):
         return next((k for k in LAYERS if layers.get(k) is not None), "default")
-    return {"autogen_policy": (policies.get_policy(), source(policies._policy_layers)),
+    return {"autogen_policy": (policies.get_policy(), source(policies.policy_layers)),
             "autogen_cache_dir": (cache_dir(), source(dict(_cache_layers, env=_cache_layers["env"] or
                                                                 _env_cache_dir()))),
             "autogen_log_level": (log_level(), source(_level_layers)),
-            "autogen_strict": (policies.get_strict(), source(policies._strict_layers))}
+            "autogen_strict": (policies.get_strict(), source(policies.strict_layers))}
 
 
 _apply_log_level()

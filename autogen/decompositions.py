@@ -6,7 +6,8 @@ ignore_index, label_smoothing, 1/n) are runtime params, so changing them never r
 """
 import functools
 
-from .executor import ALL, LossGraph
+from .graphs import ALL, LossGraph
+from . import primitives  # noqa: F401 - fills the primitive table that ir.apply reads
 from .ir import COL, ELEM, ROW, SCALAR, apply as A, input as inp, iota, param
 
 x_elem = functools.partial(inp, level=ELEM)
@@ -15,7 +16,7 @@ x_elem = functools.partial(inp, level=ELEM)
 TORCH_EPSILON = 9.999999960041972e-13
 
 
-def _reduce(name, mode, inputs, per_item, level, reduction, weight_sum=None, saves=ALL):
+def reduce_loss(name, mode, inputs, per_item, level, reduction, weight_sum=None, saves=ALL):
     """Apply torch's reduction: 'none' keeps per-item losses; 'sum'/'mean' reduce to a scalar.
 
     Unweighted mean and sum share one graph: mean is the sum times the param `scale` (1/n).
@@ -68,7 +69,7 @@ def pointwise(name, reduction, weighted):
         wsum = w if name in ("mse_loss", "l1_loss") else None
     # torch's mse and l1 with a weight are compositions keeping only the weight; l1 keeps nothing
     saves = ("weight",) if weighted and name in ("mse_loss", "l1_loss") else () if name == "l1_loss" else ALL
-    return _reduce(name, "flat", inputs, item, ELEM, reduction, wsum, saves)
+    return reduce_loss(name, "flat", inputs, item, ELEM, reduction, wsum, saves)
 
 
 @functools.lru_cache(maxsize=None)
@@ -85,7 +86,7 @@ def binary_cross_entropy(reduction, weighted):
         w = x_elem("weight")
         inputs.append(w)
         item = item * w
-    return _reduce("binary_cross_entropy", "flat", inputs, item, ELEM, reduction)
+    return reduce_loss("binary_cross_entropy", "flat", inputs, item, ELEM, reduction)
 
 
 @functools.lru_cache(maxsize=None)
@@ -109,10 +110,10 @@ def binary_cross_entropy_with_logits(reduction, weighted, pos_weighted):
         w = x_elem("weight")
         inputs.append(w)
         item = item * w
-    return _reduce("binary_cross_entropy_with_logits", "flat", inputs, item, ELEM, reduction)
+    return reduce_loss("binary_cross_entropy_with_logits", "flat", inputs, item, ELEM, reduction)
 
 
-def _class_terms(weighted):
+def class_terms(weighted):
     """Per-row target pieces shared by nll and cross-entropy: (inputs, valid, safe target, weight)."""
     t = inp("target", ROW, "i")
     valid = A("ne", t, param("ignore_index", "i"))
@@ -130,13 +131,13 @@ def _class_terms(weighted):
 @functools.lru_cache(maxsize=None)
 def nll_loss(reduction, weighted):
     x = x_elem("input")
-    inputs, valid, safe, w, wt = _class_terms(weighted)
+    inputs, valid, safe, w, wt = class_terms(weighted)
     picked = A("gather", x, safe)
     item = A("where", valid, -(picked * wt), 0.0)
-    return _reduce("nll_loss", "row", [x] + inputs, item, ROW, reduction, wt)
+    return reduce_loss("nll_loss", "row", [x] + inputs, item, ROW, reduction, wt)
 
 
-def _log_softmax_parts(x):
+def log_softmax_parts(x):
     """lse per row; the max is a constant shift (detached), so the gradient is softmax exactly."""
     m = A("detach", A("shift_row", x))
     return m + A("log", A("sum_row", A("exp", x - m)))
@@ -145,22 +146,22 @@ def _log_softmax_parts(x):
 @functools.lru_cache(maxsize=None)
 def cross_entropy(reduction, weighted, smoothing):
     x = x_elem("input")
-    inputs, valid, safe, w, wt = _class_terms(weighted)
-    lse = _log_softmax_parts(x)
+    inputs, valid, safe, w, wt = class_terms(weighted)
+    lse = log_softmax_parts(x)
     item = A("where", valid, -(wt * (A("gather", x, safe) - lse)), 0.0)
     if smoothing:
         logp = x - lse
         smooth = -A("sum_row", logp * w if weighted else logp)
         # torch: (1 - eps) * nll + eps / C * smooth, both over the same denominator for 'mean'
         item = (1.0 - param("eps")) * item + param("eps_over_c") * A("where", valid, smooth, 0.0)
-    return _reduce("cross_entropy", "row", [x] + inputs, item, ROW, reduction, wt, ("target", "weight"))
+    return reduce_loss("cross_entropy", "row", [x] + inputs, item, ROW, reduction, wt, ("target", "weight"))
 
 
 @functools.lru_cache(maxsize=None)
 def cross_entropy_probs(reduction, weighted, smoothing):
     """Class-probability targets: -sum_c w_c t_c log_softmax(x)_c per row; 'mean' divides by rows."""
     x, t = x_elem("input"), x_elem("target")
-    logp = x - _log_softmax_parts(x)
+    logp = x - log_softmax_parts(x)
     if smoothing:
         t_eff = t * (1.0 - param("eps")) + param("eps_over_c")
     else:
@@ -173,11 +174,11 @@ def cross_entropy_probs(reduction, weighted, smoothing):
         prod = prod * w
     item = -A("sum_row", prod)
     saves = ("weight",) if smoothing else ("target", "weight")  # log_softmax keeps its result, not x
-    return _reduce("cross_entropy", "row", inputs, item, ROW, reduction, saves=saves)
+    return reduce_loss("cross_entropy", "row", inputs, item, ROW, reduction, saves=saves)
 
 
 # -- the other ten ---------------------------------------------------------------------------
-def _clamp_min(z, lo=0.0):
+def clamp_below(z, lo=0.0):
     """torch.clamp_min: NaN stays NaN; the gradient passes where z >= lo (ties included)."""
     return A("gradfix", A("detach", A("maximum", z, lo)), z, A("where", A("ge", z, lo), 1.0, 0.0))
 
@@ -189,15 +190,15 @@ def gaussian_nll_loss(reduction):
     vc = A("gradfix", A("detach", A("maximum", v, param("eps"))), v, 1.0)
     d = x - t
     item = 0.5 * (A("log", vc) + d * d / vc) + param("const")  # const: 0.5 log(2 pi) when full, else 0
-    return _reduce("gaussian_nll_loss", "flat", [x, t, v], item, ELEM, reduction, saves=())
+    return reduce_loss("gaussian_nll_loss", "flat", [x, t, v], item, ELEM, reduction, saves=())
 
 
 @functools.lru_cache(maxsize=None)
 def hinge_embedding_loss(reduction):
     x, t = x_elem("input"), x_elem("target")
-    item = (A("where", A("ne", t, 1.0), _clamp_min(param("margin") - x), 0.0)
+    item = (A("where", A("ne", t, 1.0), clamp_below(param("margin") - x), 0.0)
             + A("where", A("ne", t, -1.0), x, 0.0))
-    return _reduce("hinge_embedding_loss", "flat", [x, t], item, ELEM, reduction, saves=())
+    return reduce_loss("hinge_embedding_loss", "flat", [x, t], item, ELEM, reduction, saves=())
 
 
 @functools.lru_cache(maxsize=None)
@@ -211,14 +212,14 @@ def kl_div(reduction, log_target):
         tlogt = A("where", A("eq", t, 0.0), 0.0, t * A("log", t))
         dt = A("where", A("eq", t, 0.0), 0.0, A("log", t)) + t / t - x
         item = A("gradfix", A("gradfix", A("detach", tlogt - t * x), x, -t), t, dt)
-    return _reduce("kl_div", "flat", [x, t], item, ELEM, reduction, saves=() if log_target else ALL)
+    return reduce_loss("kl_div", "flat", [x, t], item, ELEM, reduction, saves=() if log_target else ALL)
 
 
 @functools.lru_cache(maxsize=None)
 def margin_ranking_loss(reduction):
     a, b, y = x_elem("input1"), x_elem("input2"), x_elem("target")
-    item = _clamp_min(-y * (a - b) + param("margin"))
-    return _reduce("margin_ranking_loss", "flat", [a, b, y], item, ELEM, reduction, saves=())
+    item = clamp_below(-y * (a - b) + param("margin"))
+    return reduce_loss("margin_ranking_loss", "flat", [a, b, y], item, ELEM, reduction, saves=())
 
 
 @functools.lru_cache(maxsize=None)
@@ -231,7 +232,7 @@ def poisson_nll_loss(reduction, log_input, full):
     if full:
         stirling = t * A("log", t) - t + 0.5 * A("log", 6.283185307179586 * t)
         item = item + A("where", A("le", t, 1.0), 0.0, stirling)
-    return _reduce("poisson_nll_loss", "flat", [x, t], item, ELEM, reduction,
+    return reduce_loss("poisson_nll_loss", "flat", [x, t], item, ELEM, reduction,
                    saves=ALL if log_input else ("target",))
 
 
@@ -256,7 +257,7 @@ def multilabel_soft_margin_loss(reduction, weight):
         inputs.append(w)
         item = item * w
     per_row = A("sum_row", item) * param("inv_c")
-    return _reduce("multilabel_soft_margin_loss", "row", inputs, per_row, ROW, reduction)
+    return reduce_loss("multilabel_soft_margin_loss", "row", inputs, per_row, ROW, reduction)
 
 
 @functools.lru_cache(maxsize=None)
@@ -273,7 +274,7 @@ def multi_margin_loss(reduction, p, weighted):
         w = inp("weight", COL)
         inputs.append(w)
         per_row = per_row * A("gather", w, y)
-    return _reduce("multi_margin_loss", "row", inputs, per_row, ROW, reduction)
+    return reduce_loss("multi_margin_loss", "row", inputs, per_row, ROW, reduction)
 
 
 def _pnorm(d, p):
@@ -300,8 +301,8 @@ def triplet_margin_loss(reduction, p, swap):
     d_neg = _pnorm(a - neg + eps, p)
     if swap:
         d_neg = A("minimum", d_neg, _pnorm(pos - neg + eps, p))
-    per_row = _clamp_min(param("margin") + d_pos - d_neg)
-    return _reduce("triplet_margin_loss", "row", [a, pos, neg], per_row, ROW, reduction, saves=())
+    per_row = clamp_below(param("margin") + d_pos - d_neg)
+    return reduce_loss("triplet_margin_loss", "row", [a, pos, neg], per_row, ROW, reduction, saves=())
 
 
 @functools.lru_cache(maxsize=None)
@@ -310,6 +311,6 @@ def cosine_embedding_loss(reduction):
     eps = TORCH_EPSILON
     cos = A("sum_row", a * b) / A("sqrt", (A("sum_row", a * a) + eps) * (A("sum_row", b * b) + eps))
     per_row = (A("where", A("eq", y, 1.0), 1.0 - cos, 0.0)
-               + A("where", A("eq", y, -1.0), _clamp_min(cos - param("margin")), 0.0))
-    return _reduce("cosine_embedding_loss", "row", [a, b, y], per_row, ROW, reduction,
+               + A("where", A("eq", y, -1.0), clamp_below(cos - param("margin")), 0.0))
+    return reduce_loss("cosine_embedding_loss", "row", [a, b, y], per_row, ROW, reduction,
                    saves=("input1", "input2"))

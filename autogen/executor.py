@@ -5,646 +5,24 @@ written in the same pass; backward only scales it). primitive: op by op, each pr
 through a handwritten, generated or torch kernel as the policy picks. fallback: torch ops.
 """
 import functools
-import math
-import os
 import threading
-import time
-import warnings
-import weakref
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import numba
-import numpy as np
 import torch
 import torch.autograd.forward_ad as _fwad
 
 from . import policies as _policy
-from .codegen import _BLOCK, KernelSpec, late_set
+from .codegen import KernelSpec, late_set
 from .codegen import KernelSpec as _KernelSpec
 from . import compiler as _compiler
-from .compiler import get_kernel
-from .errors import AutogenError, CompileError, ScheduleError
+from .errors import AutogenError, ScheduleError
 from .grad import vjp
-from .ir import COL, ELEM, ROW, SCALAR, const, input as leaf_input, param, substitute, toposort
+from .graphs import evaluate
+from .ir import COL, ELEM, ROW, SCALAR, apply, const, input as leaf_input, param, substitute, toposort
+from .launch import launch_of, load_kernel, run_spec, storage_codes, warn_once, widened
+from .pool import DTYPE_NAME, FROM16, TORCH_KIND, pooled_flat, pooled_like
 from .primitives import PRIMS
-
-_NP = {torch.float32: np.float32, torch.float64: np.float64, torch.bfloat16: np.uint16, torch.float16: np.uint16}
-_STR = {torch.float32: "float32", torch.float64: "float64"}
-# 16-bit floating data: kernels read and write its bits (uint16 arrays) and compute in float32 (codegen storage)
-_LOW16 = {torch.bfloat16: "bf16", torch.float16: "f16"}
-_FROM16 = {code: dtype for dtype, code in _LOW16.items()}
-_TORCH_KIND = {"i": torch.int64, "b": torch.bool}
-
-
-@dataclass(frozen=True)
-class LossGraph:
-    """A decomposition: the loss node over its input leaves (in the order tensors are passed)."""
-    name: str
-    mode: str          # 'row': R rows of C (reductions along C); 'flat': n independent elements; 'cf': the
-    # rows of a channel-first (outer, C, inner) tensor, read in place (params["__inner"]; codegen's layout)
-    inputs: tuple
-    loss: object
-    level: int         # level of the loss: SCALAR for mean/sum, ROW or ELEM for reduction='none'
-    kind: str = "loss"  # 'loss' or 'nonlinearity' (whose backward may read its input, as torch's does)
-    saves: object = None  # the inputs torch's autograd keeps: ALL or attr names; None: not known (a trace)
-
-    @functools.cached_property
-    def kept(self):
-        """Indices of the inputs torch's autograd keeps for this loss (None: not known)."""
-        if self.saves is None:
-            return None
-        return tuple(i for i, x in enumerate(self.inputs) if self.saves == ALL or x.attr in self.saves)
-
-
-ALL = "all"
-
-
-@dataclass
-class Problem:
-    """One call: a graph with its sizes, option values and compute dtype."""
-    graph: LossGraph
-    n: int
-    C: int
-    R: int
-    dtype: torch.dtype
-    params: dict = field(default_factory=dict)
-
-    @property
-    def inner(self):
-        """Mode 'cf': how far apart a row's C elements lie (R = outer * inner)."""
-        return self.params["__inner"]
-
-    def launch_dims(self):
-        if self.graph.mode != "flat":
-            return self.R * self.C, self.C, self.R
-        return self.n, _BLOCK, -(-self.n // _BLOCK)
-
-    def layout(self, level):
-        """Shape of a value at `level` in the interpreters' broadcastable layout."""
-        if self.graph.mode == "cf":
-            o, c, i = self.R // self.inner if self.inner else 0, self.C, self.inner
-            return {ELEM: (o, c, i), ROW: (o, 1, i), COL: (1, c, 1), SCALAR: ()}[level]
-        r, c = (self.R, self.C) if self.graph.mode != "flat" else (1, self.n)
-        return {ELEM: (r, c), ROW: (r, 1), COL: (1, c), SCALAR: ()}[level]
-
-    def flat_size(self, level):
-        n, c, r = (self.R * self.C, self.C, self.R) if self.graph.mode != "flat" else (self.n, self.n, 1)
-        return {ELEM: n, ROW: r, COL: c, SCALAR: 1}[level]
-
-
-# -- large outputs: a caching pool ------------------------------------------------------------
-# A fresh large output is new memory to the OS whenever glibc has handed the last one back: page
-# faults on every call, costing more than a memory-bound kernel itself (docs/performance.md). Large
-# kernel outputs therefore come from a pool: a buffer returns to it when the tensor that used it is
-# freed (a weakref callback on the numpy view torch.from_numpy holds; weakref.finalize cost ~2 us more a
-# call), and the next call of that size reuses its pages.
-_POOL_MIN = 1 << 20                  # bytes: smaller outputs come from torch.empty
-_POOL_PER_SIZE = 4                   # free buffers kept per size
-_POOL_MAX_BYTES = 1 << 30            # and in all
-_pool = {}                           # nbytes -> free buffers of that size
-_pool_lock = threading.Lock()
-_lent = {}                           # id(weakref) -> (the weakref, its buffer): buffers in use
-
-
-def pool_bytes():
-    """Bytes the pool holds free."""
-    return sum(nbytes * len(free) for nbytes, free in _pool.items())
-
-
-def _release(ref, lent=_lent, pool=_pool, lock=_pool_lock, per_size=_POOL_PER_SIZE, most=_POOL_MAX_BYTES):
-    # (its globals bound here: it may run while the interpreter exits)
-    buf = lent.pop(id(ref))[1]
-    with lock:
-        free = pool.setdefault(buf.nbytes, [])
-        if len(free) < per_size and sum(n * len(f) for n, f in pool.items()) + buf.nbytes <= most:
-            free.append(buf)
-
-
-def empty_cache():
-    """Hand the pool's free buffers back to the allocator (autogen.empty_cache)."""
-    with _pool_lock:
-        _pool.clear()
-
-
-_ALIGN = 64  # bytes: an AVX-512 vector, a cache line
-
-
-def _aligned(nbytes):
-    """An uninitialized uint8 array of `nbytes` at an address a multiple of _ALIGN: a vector store then writes
-    one cache line, not two (numpy's own large arrays start 16 bytes into a page, as glibc's mmapped chunks do;
-    torch's are 64-byte aligned)."""
-    raw = np.empty(nbytes + _ALIGN, np.uint8)
-    off = -raw.__array_interface__["data"][0] % _ALIGN
-    return raw[off:off + nbytes]
-
-
-def _pool_array(nbytes, npdt, shape=None):
-    """A numpy array of `nbytes` bytes of dtype npdt from the pool, flat or `shape`d; its buffer returns to
-    the pool when this array is freed. Hand torch this array itself: another view of it (a reshape) has
-    the buffer as its base, not this array, so it would not keep the buffer out of the pool."""
-    with _pool_lock:
-        free = _pool.get(nbytes)
-        buf = free.pop() if free else None
-    if buf is None:
-        buf = _aligned(nbytes)
-    arr = buf.view(npdt)
-    if shape is not None:
-        arr = arr.reshape(shape)
-    ref = weakref.ref(arr, _release)
-    _lent[id(ref)] = ref, buf
-    return arr
-
-
-def _out_array(nbytes, npdt, shape):
-    """An uninitialized numpy array of `shape` and `nbytes` bytes: numpy's below _POOL_MIN, else the pool's
-    (hand torch this array itself, as _pool_array says)."""
-    if nbytes < _POOL_MIN:
-        return np.empty(shape, npdt)
-    return _pool_array(nbytes, npdt, shape)
-
-
-def pooled(size, dtype, shape=None):
-    """An uninitialized tensor of `size` elements (1-D, or `shape`d), its memory from the pool when large."""
-    nbytes = size * dtype.itemsize
-    if nbytes < _POOL_MIN or dtype not in _NP:
-        return torch.empty(size if shape is None else shape, dtype=dtype)
-    return _tensor_of(_pool_array(nbytes, _NP[dtype], shape), dtype)
-
-
-def _tensor_of(a, dtype):
-    """A tensor over the pool's numpy array `a` (holding it: see _pool_array) in `dtype` (16-bit: `a` holds
-    its bits), not a view: an autograd Function's output that is a view cannot be changed in place."""
-    t = torch.from_numpy(a)
-    if dtype in _LOW16:
-        t = torch.empty(0, dtype=dtype).set_(t.untyped_storage(), 0, a.shape)
-    return t
-
-
-def shaped(out, shape):
-    """`out` viewed as `shape`, itself where it has that shape already (a kernel writes a per-element or per-row
-    result in its input's): under autograd a view is a node more per call."""
-    return out if out.shape == shape else out.view(shape)
-
-
-def pooled_like(t):
-    """An uninitialized contiguous tensor shaped and typed like `t`, its memory from the pool when large
-    (a small one from numpy, shaped there: torch's view by a torch.Size costs more than the allocation)."""
-    return pooled_flat(t)[0]
-
-
-def pooled_flat(t):
-    """pooled_like(t) and its flat numpy view, which a kernel writes."""
-    npdt = _NP_OUT.get(t.dtype)
-    if npdt is None:  # 16-bit: shaped at allocation (a gradient that is a view costs autograd's accumulation more)
-        out = pooled(t.numel(), t.dtype, t.shape)
-        return out, _flat_np(out)
-    a = _out_array(t.numel() * t.dtype.itemsize, npdt, t.shape)  # the tensor holds the array the pool watches
-    return torch.from_numpy(a), a.ravel()
-
-
-def _memory_order(t):
-    """t's dims by stride, largest first (size-1 dims last): t.permute of it is contiguous where t is dense."""
-    return sorted(range(t.dim()), key=lambda d: (-t.stride(d), t.shape[d] == 1))
-
-
-def _batched_transpose(t):
-    """(P, X, Y) when `t` is a batched transpose of contiguous memory: its dims in order are P X Y, in memory
-    P Y X (a channels-last tensor read channel-first: F.one_hot(t, C).movedim(-1, 1)); else None."""
-    dims = [d for d in range(t.dim()) if t.shape[d] > 1]
-    mem = [d for d in _memory_order(t) if t.shape[d] > 1]
-    size = 1
-    for d in reversed(mem):  # memory order must be dense
-        if t.stride(d) != size:
-            return None
-        size *= t.shape[d]
-    for p in range(len(dims)):
-        for q in range(p + 1, len(dims)):
-            if mem == dims[:p] + dims[q:] + dims[p:q]:
-                return [math.prod(t.shape[d] for d in ds) for ds in (dims[:p], dims[p:q], dims[q:])]
-    return None
-
-
-_TILE = 16  # a tile's rows are 16 strided lines: more thrash L1 where the stride is a power of two
-
-
-@numba.njit(nogil=True, cache=True)
-def _transpose_tiles(lo, hi, s, d):
-    """d[p, x, y] = s[p, y, x] over tiles [lo, hi) of _TILE rows y of one p."""
-    P, Y, X = s.shape
-    nty = (Y + _TILE - 1) // _TILE
-    for k in range(lo, hi):
-        p = k // nty
-        y0 = (k - p * nty) * _TILE
-        y1 = min(y0 + _TILE, Y)
-        for x0 in range(0, X, _TILE):
-            for x in range(x0, min(x0 + _TILE, X)):
-                for y in range(y0, y1):
-                    d[p, x, y] = s[p, y, x]
-
-
-_INT_OF = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-class _Copy(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, t, pxy):
-        P, X, Y = pxy
-        src = t.permute(_memory_order(t))
-        out = torch.empty(t.shape, dtype=t.dtype)
-        it = _INT_OF[t.element_size()]
-        s = src.view(it).reshape(P, Y, X).numpy()
-        split_run(_transpose_tiles, P * -(-Y // _TILE), (s, out.view(it).view(P, X, Y).numpy()), work=t.numel())
-        return out
-
-    @staticmethod
-    def backward(ctx, g):
-        return g, None
-
-
-def contiguous(t):
-    """t.contiguous(); a batched transpose (a channels-last tensor read channel-first) by tiles on our
-    threads, where torch's strided copy is several times slower."""
-    if t.is_contiguous():
-        return t
-    if not isinstance(t.numel(), int) or isinstance(t, torch._subclasses.FakeTensor):  # a trace: torch's op
-        return t.contiguous()
-    pxy = _batched_transpose(t) if t.numel() >= _POOL_MIN // 4 and t.element_size() in _INT_OF else None
-    if pxy is None or min(pxy[1:]) < _TILE or t.is_complex() or t.device.type != "cpu":
-        return t.contiguous()
-    return _Copy.apply(t, pxy)
-
-
-_warned = set()
-
-
-def _warn_once(op, exc):
-    key = (op, type(exc).__name__)
-    if key not in _warned:
-        _warned.add(key)
-        warnings.warn(f"autogen: kernel for {op} failed ({type(exc).__name__}: {exc}); "
-                      "using the torch fallback", RuntimeWarning, stacklevel=3)
-
-
-def _signature(spec, dtype):
-    """What run_spec needs from a spec, computed once: names, converters, output kinds."""
-    sig = spec.__dict__.get("_sig")
-    if sig is None or sig[0] is not dtype:
-        conv = {"i": np.int64, "b": np.bool_}
-        sig = spec._sig = (dtype, [x.attr for x in spec.inputs],
-                           [(p.attr, conv.get(p.kind, _NP[dtype])) for p in spec.params],
-                           [(level, _FROM16[spec.storage[j]] if j in spec.storage
-                             else _TORCH_KIND.get(node.kind, dtype)) for j, (node, level) in enumerate(spec.outputs)],
-                           len(spec.reduce_all))
-    return sig
-
-
-@functools.lru_cache(maxsize=256)
-def _no_parts(r):
-    return np.empty((0, r), dtype=np.float64)  # read-only in effect: a kernel with no partial sums
-
-
-def _parts(k, r):
-    """The kernel's scratch of per-row partial sums, reused by this thread's next call of that shape (a
-    fresh one of a large batch is megabytes the allocator may map anew: page faults in every call)."""
-    key = (k, r)
-    cached = _tls.parts
-    if cached is None or cached[0] != key:
-        cached = _tls.parts = (key, np.empty(key, dtype=np.float64))
-    return cached[1]
-
-
-def _load(spec, parallel=False):
-    """get_kernel, its failures as the engine's errors (a ScheduleError stays one)."""
-    try:
-        return get_kernel(spec, parallel=parallel)
-    except AutogenError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - rendering or loading failed: the caller falls back
-        raise CompileError(f"{type(exc).__name__}: {exc}") from exc
-
-
-class _Launch:
-    """What launching a spec's kernel in one dtype needs, built at its first call: the serial kernel
-    loaded, the argument order, the params' converters, each output's allocation (small ones as numpy
-    arrays handed to torch: no torch.empty and .numpy() per output). After the first call it holds the
-    compiled overload's entry point (numba's dispatcher resolves a dozen argument types on every call,
-    ~2 us at 1K): used while each input has the element type that overload was compiled for (the only
-    thing the key does not fix). Inputs go to the kernel as (address, length, zero of the element type)."""
-    __slots__ = ("spec", "dtype", "fn", "entry", "in_dtypes", "names", "params", "outputs", "nparts", "kernels")
-
-    def __init__(self, spec, dtype):
-        self.spec = spec
-        self.kernels = _compiler._kernels  # a new compiler cache (emptied) loads the kernel again
-        self.fn = _load(spec)
-        self.entry, self.in_dtypes = None, ()
-        self.dtype, self.names, self.params, outputs, self.nparts = _signature(spec, dtype)
-        self.outputs = [(level, dt, _NP_OUT.get(dt)) for level, dt in outputs]
-
-    def run(self, prob, ins, params, shapes=()):
-        """The kernel on `ins` (the spec's input tensors in its order) and `params` (name -> value); output j
-        is shaped shapes[j] where given, else flat at its level. What depends only on the problem (its
-        dimensions, converted params, each output's allocation) is bound to it at its first call here: a
-        problem cached per call signature then pays only for the arrays and the kernel."""
-        bounds = prob.__dict__.get("_bounds")
-        if bounds is None:
-            bounds = prob._bounds = {}  # per launch: a forward's and a backward's kernel alternate
-        bound = bounds.get(self)
-        if bound is None or bound[1] is not params or bound[2] != shapes:
-            bound = bounds[self] = self._bind(prob, params, shapes)
-        n, c, r, pvals, outputs, nparts = bound[3:]
-        args = []
-        entry = self.entry
-        in_dtypes = self.in_dtypes
-        held = []
-        for k, t in enumerate(ins):  # each as its address, length and element type (codegen's kernel arguments)
-            if not (t.is_contiguous() and t.is_cpu) or t.is_neg():  # read as one flat array: a contiguous copy
-                # (a negative-bit view's values resolved), held through the call
-                t = host(t)
-                held.append(t)
-            zero = _ZERO.get(t.dtype)
-            if zero is None:  # another integer type, say: numpy's scalar of it
-                zero = _ZERO[t.dtype] = t.new_empty(0).numpy().dtype.type(0)
-            if entry and zero is not in_dtypes[k]:
-                entry = None
-            args += (t.data_ptr(), t.numel(), zero)
-        args += pvals
-        outs = []
-        for small, shape, flat, npdt, dt, size in outputs:
-            if small:  # numpy's allocation handed to torch: no torch.empty and .numpy() per output
-                a = np.empty(shape, npdt)
-                outs.append(torch.from_numpy(a))
-                args.append(a if flat else a.ravel())
-            else:
-                o = pooled(size, dt, shape) if size is not None else torch.empty((), dtype=dt)
-                outs.append(o)
-                args.append(_flat_np(o))
-        args.append(_parts(nparts, r) if nparts else _no_parts(r))
-        fn = self.fn
-        if n >= _PAR_ELEMENTS and r > 1 and not _fork_child:
-            # by size alone, whatever the thread count or the timings so far: one input, one compiled variant,
-            # one bit pattern (its rows' code is the same on one thread and on several)
-            par = _load(self.spec, parallel=True)
-            _numba_threads(torch.get_num_threads())
-            lock = _parallel_lock()
-            if lock is None or lock.acquire(blocking=False):  # else another thread has numba's threads: serial
-                try:
-                    par(n, c, 0, r, r, True, *args)
-                finally:
-                    if lock is not None:
-                        lock.release()
-                return outs
-        if entry and _untimed(fn, n):  # entry: fn has run
-            entry(n, c, 0, r, r, True, *args)
-        else:
-            _timed(fn, n, lambda: fn(n, c, 0, r, r, True, *args))
-            if self.entry is None:
-                self._specialise(n, c, r, args, len(ins))
-        return outs
-
-    def _bind(self, prob, params, shapes):
-        """(self, params, shapes, n, c, r, converted params, per output its allocation, partial-sum count)."""
-        n, c, r = prob.launch_dims()
-        pvals, key = [], params
-        for name, conv in self.params:
-            v = params[name]
-            if isinstance(v, torch.Tensor):  # read per call: not bound
-                key, v = None, v.item()
-            pvals.append(conv(v))
-        outputs = []
-        for j, (level, dt, npdt) in enumerate(self.outputs):
-            shape = shapes[j] if j < len(shapes) else None
-            if not level and npdt is not None:  # a 0-dim result: the kernel writes its one element
-                outputs.append((True, () if shape is None else tuple(shape), False, npdt, dt, 1))
-                continue
-            size = prob.flat_size(level) if level else 1
-            if npdt is None or size * dt.itemsize >= _POOL_MIN:
-                outputs.append((False, shape, False, npdt, dt, size if level else None))
-            else:  # a plain tuple: numpy reads a torch.Size as a sequence (~0.15 us more)
-                outputs.append((True, size if shape is None else tuple(shape), shape is None, npdt, dt, size))
-        return (self, key, shapes, n, c, r, pvals, outputs, self.nparts)
-
-    def _specialise(self, n, c, r, args, count):
-        """The overload the dispatcher just ran for these argument types (False: none matches exactly, the
-        dispatcher stays), and its inputs' dtypes."""
-        try:
-            overload = self.fn.overloads.get(tuple(numba.typeof(a) for a in (n, c, 0, r, r, True, *args)))
-        except Exception:  # noqa: BLE001 - an argument numba types differently: keep the dispatcher
-            overload = None
-        self.in_dtypes = tuple(args[2:3 * count:3])
-        self.entry = False if overload is None else overload.entry_point
-
-
-_NP_OUT = {torch.float32: np.float32, torch.float64: np.float64, torch.int64: np.int64, torch.bool: np.bool_}
-# a kernel input's element type, as the zero passed beside its address (16-bit floating data: its bits)
-_ZERO = {dt: np.dtype(npdt).type(0) for dt, npdt in {**_NP_OUT, **dict.fromkeys(_LOW16, np.uint16)}.items()}
-
-
-def launch_of(spec, dtype):
-    """The spec's launch plan in `dtype` (built at its first call; rebuilt when the compiler's cache was emptied)."""
-    launch = spec.__dict__.get("_launch")
-    if launch is None or launch.dtype is not dtype or launch.kernels is not _compiler._kernels:
-        launch = spec._launch = _Launch(spec, dtype)
-    return launch
-
-
-def run_spec(spec, prob, values, shapes=(), params=None):
-    """Launch `spec`'s kernel; `values` maps input/param names to tensors or numbers (`params`: the dict its
-    params are read from where not `values`: a problem's own params keep the launch's binding to it)."""
-    launch = launch_of(spec, prob.dtype)
-    return launch.run(prob, [values[a] for a in launch.names], values if params is None else params, shapes)
-
-
-def host(t):
-    """`t` as contiguous CPU memory, which a kernel reads from its address (a copy where it is strided); torch's
-    TypeError for a tensor on another device, as its numpy() raises (a kernel given that address would crash).
-    A negative-bit view (torch._neg_view) is resolved: its memory holds the values negated."""
-    if not t.is_cpu:
-        raise TypeError(f"can't run autogen's CPU kernels on a {t.device.type} tensor: use Tensor.cpu() first, or "
-                        "policy 'disabled'")
-    if t.is_neg():
-        t = t.resolve_neg()
-    return t if t.is_contiguous() else t.contiguous()
-
-
-def _flat_np(t):
-    """The flat numpy view of a contiguous tensor; 16-bit floating data as its uint16 bits (per call
-    and tensor: detach and reshape only where needed, ~1 us of a 1K call's ~3); a negative-bit view resolved."""
-    if t.is_neg():
-        t = t.detach().resolve_neg()
-    if t.dtype in _LOW16:
-        a = t.detach().view(torch.uint16).numpy()
-    else:  # force: detached in C++ (a detach() here costs ~1 us more)
-        a = t.numpy(force=True) if t.requires_grad else t.numpy()
-    return a if a.ndim == 1 else a.ravel()
-
-
-def widened(prob, tensors):
-    """16-bit floating tensors in the compute dtype (autograd-tracked), for the paths that do not read them
-    in the kernel: op by op, torch ops, kernels without 16-bit support."""
-    if not any(t.dtype in _LOW16 for t in tensors):
-        return tensors
-    return tuple(t.to(prob.dtype) if t.dtype in _LOW16 else t for t in tensors)
-
-
-def _storage(graph, tensors):
-    """Per input, its 16-bit storage code or None; then the output's (the promoted floating dtype's). None
-    when no input is 16-bit (the common case, checked per call)."""
-    for t in tensors:
-        if t.dtype in _LOW16:
-            break
-    else:
-        return None
-    dtypes = tuple(t.dtype for t in tensors)
-    codes = _STORAGE_CODES.get(dtypes)
-    if codes is None:  # a handful of dtype combinations per process
-        floats = [d for d in dtypes if d.is_floating_point]
-        out = _LOW16.get(functools.reduce(torch.promote_types, floats)) if floats else None
-        codes = _STORAGE_CODES[dtypes] = tuple(_LOW16.get(d) for d in dtypes) + (out,)
-    return codes
-
-
-_STORAGE_CODES = {}  # _storage's result per tuple of input dtypes
-
-
-_PAR_SECONDS = 1e-5  # handwritten kernels use threads only when one thread would take longer than this: a
-# parallel launch costs more than a small kernel's whole run (docs/performance.md); they then run a prange
-# trampoline over row chunks (split_run), whose per-block partials do not depend on the split.
-_PAR_ELEMENTS = 1 << 18  # generated kernels run their prange variant from this size, on any thread count
-_ran = set()         # kernels called at least once (compiled for the types they take here)
-# per kernel and size class (work.bit_length(): a call's fixed cost weighs more per element in a smaller one)
-_rates = {}          # (kernel, class) -> fastest seen seconds per element on one thread (measured as we go)
-_RATE_MIN = 4096     # elements: a smaller call says more about overhead than about the kernel
-_SAMPLES = 8         # timed calls per kernel and class: its later calls run untimed (and through the entry point)
-_timings = {}        # (kernel, class) -> timed calls so far
-
-
-class _ThreadState(threading.local):
-    parts = None    # this thread's partial-sum scratch: ((count, rows), array)
-    threads = None  # numba's thread count last set on this thread
-
-
-_tls = _ThreadState()  # class defaults: a missing attribute of a threading.local raises (~1 us a call)
-
-
-def _numba_threads(want):
-    """Give numba's parallel kernels `want` threads (torch's count) on this thread; remembered here,
-    as numba.get_num_threads() costs ~6 us a call."""
-    want = min(want, numba.config.NUMBA_NUM_THREADS)
-    if _tls.threads != want:
-        numba.set_num_threads(want)
-        _tls.threads = want
-    return want
-
-
-def _use_threads(kernel, work, count):
-    """Whether one thread would take over _PAR_SECONDS, by the kernel's measured time per element at this size
-    class: the fastest of its _SAMPLES timed calls (a process's first calls run with cold caches and fresh
-    memory, and the choice of threads stops the timing)."""
-    key = (kernel, work.bit_length())
-    rate = _rates.get(key)
-    return (rate is not None and count > 1 and work * rate >= _PAR_SECONDS
-            and _timings.get(key, 0) >= _SAMPLES
-            and torch.get_num_threads() > 1 and not _fork_child)
-
-
-_layer_lock = threading.Lock()
-_layer_threadsafe = None
-
-
-def _parallel_lock():
-    """None where numba's threading layer is thread-safe (omp, tbb: concurrent launches from two
-    threads measured fine); else the lock a parallel launch holds: numba's workqueue layer, its
-    fallback where no OpenMP or TBB runtime loads, aborts the process on a second concurrent launch.
-    Known once numba's threads are up (_numba_threads launches them)."""
-    global _layer_threadsafe
-    if _layer_threadsafe is None:
-        _layer_threadsafe = numba.threading_layer() != "workqueue"
-    return None if _layer_threadsafe else _layer_lock
-
-
-# numba's GNU OpenMP layer does not survive fork(): a child of a process that launched it dies
-# (SIGTERM, "fork() called from a process already using GNU OpenMP") or hangs at its first parallel
-# kernel. Such a child, and its own children, run every kernel on the calling thread.
-_fork_child = False
-
-
-def _after_fork_in_child():
-    global _fork_child
-    from numba.np.ufunc import parallel
-    _fork_child = _fork_child or getattr(parallel, "_is_initialized", True)  # unknown: assume launched
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _untimed(kernel, work):
-    """Whether a call of `work` elements runs untimed: the compiled kernel's speed is learnt (its first _SAMPLES
-    calls of at least _RATE_MIN elements were timed), or the call is too small to say more about overhead than
-    about the kernel."""
-    return work < _RATE_MIN and kernel in _ran or _timings.get((kernel, work.bit_length()), 0) >= _SAMPLES
-
-
-def _timed(kernel, work, call):
-    """Run call() on this thread and learn the kernel's time per element (not from a compiling call,
-    nor from a call too small to say more about overhead than about the kernel)."""
-    compiled = kernel in _ran  # numba's own `signatures` costs ~14 us a call
-    t0 = time.perf_counter()
-    call()
-    if not compiled:
-        _ran.add(kernel)
-    elif work >= _RATE_MIN:
-        seconds = (time.perf_counter() - t0) / work
-        key = (kernel, work.bit_length())
-        rate = _rates.get(key)
-        _rates[key] = seconds if rate is None else min(rate, seconds)
-        _timings[key] = _timings.get(key, 0) + 1
-
-
-def _trampoline(fn):
-    """fn's parallel trampoline: fn(lo, hi, *args) over [0, count) in nthreads chunks, on numba's threads (as
-    prange kernels). One per kernel, fn a constant of its closure: a dispatcher passed as an argument costs
-    numba ~5 us a call to type."""
-    pfor = _trampolines.get(fn)
-    if pfor is None:
-        @numba.njit(parallel=True, nogil=True)
-        def pfor(count, nthreads, *args):
-            for k in numba.prange(nthreads):
-                fn(count * k // nthreads, count * (k + 1) // nthreads, *args)
-        pfor = _trampolines[fn] = pfor
-    return pfor
-
-
-_trampolines = {}  # kernel -> its parallel trampoline
-_serial_only = set()  # kernels the parallel trampoline could not compile for
-
-
-def split_run(fn, count, args, work=None):
-    """Call the nogil kernel fn(lo, hi, *args) over [0, count), split across torch's threads when
-    that pays (`work`, default `count`: the element count the kernel's speed is measured by)."""
-    work = count if work is None else work
-    if fn in _serial_only or not _use_threads(fn, work, count):
-        if _untimed(fn, work):
-            fn(0, count, *args)
-        else:
-            _timed(fn, work, lambda: fn(0, count, *args))
-        return
-    threads = _numba_threads(min(torch.get_num_threads(), count))
-    lock = _parallel_lock()
-    if lock is not None and not lock.acquire(blocking=False):  # another thread has numba's threads
-        fn(0, count, *args)
-        return
-    try:
-        _trampoline(fn)(count, threads, *args)
-    except Exception as exc:  # noqa: BLE001 - a typing failure: run this kernel serially from now on
-        if not type(exc).__module__.startswith("numba"):
-            raise
-        _serial_only.add(fn)
-        fn(0, count, *args)
-    finally:
-        if lock is not None:
-            lock.release()
-
 
 # -- the fused plan --------------------------------------------------------------------------
 @dataclass
@@ -757,7 +135,7 @@ def fused_plan(graph, needs, dtype, store=None):
         return plan
     wrt = tuple(i for i, need in enumerate(needs) if need)
     leaves = [graph.inputs[i] for i in wrt]
-    label, sdt = graph.name, _STR[dtype]
+    label, sdt = graph.name, DTYPE_NAME[dtype]
     KernelSpec = functools.partial(_KernelSpec, layout="cf" if graph.mode == "cf" else "row")
     loss = graph.loss
     plan = None
@@ -844,13 +222,13 @@ class FusedEngine:
 
     def forward(self, tensors, needs):
         prob = self.prob
-        store = _storage(prob.graph, tensors) if prob.dtype is torch.float32 else None
+        store = storage_codes(prob.graph, tensors) if prob.dtype is torch.float32 else None
         # the plan, its launch and argument order for this problem, grad needs and storage: found once
-        hit = prob.__dict__.get("_fused")
-        if hit is None or hit[0] != needs or hit[1] != store or hit[3].kernels is not _compiler._kernels:
+        hit = prob.memo.get("fused")
+        if hit is None or hit[0] != needs or hit[1] != store or hit[3].kernels is not _compiler.compiled_kernels:
             plan = fused_plan(prob.graph, needs, prob.dtype, store if store and any(store) else None)
             if plan.backward is not None:
-                _load(plan.backward)  # a backward that cannot be scheduled fails here, where execute falls back
+                load_kernel(plan.backward)  # a backward that cannot be scheduled fails here, where execute falls back
             launch = launch_of(plan.forward, prob.dtype)
             shapes = [None] + [tensors[i].shape for i in plan.wrt] if plan.in_forward else ()
             slots = _slots(plan, prob.graph, launch)
@@ -859,7 +237,7 @@ class FusedEngine:
             g = prob.graph
             like = next((i for i, x in enumerate(g.inputs) if x.level == g.level), None) \
                 if g.level == ROW or g.level == ELEM and g.mode != "cf" else None
-            hit = prob._fused = (needs, store, plan, launch, None if slots == tuple(range(len(tensors))) else slots,
+            hit = prob.memo["fused"] = (needs, store, plan, launch, None if slots == tuple(range(len(tensors))) else slots,
                                  shapes, like)  # None: the kernel takes the inputs in their order
         plan, launch, slots, shapes, like = hit[2:]
         self.plan = plan
@@ -906,7 +284,7 @@ class FusedEngine:
             return _place(plan.wrt, grads, len(prob.graph.inputs))
         values = dict(data)
         code = plan.backward.storage.get("__gout")  # grad_output as the kernel reads it
-        gdt = _FROM16[code] if code else prob.dtype
+        gdt = FROM16[code] if code else prob.dtype
         values["__gout"] = (gout if gout.dtype is gdt else gout.to(gdt)).contiguous()
         grads = run_spec(plan.backward, prob, values, [shapes[i] for i in plan.wrt], prob.params)
         return _place(plan.wrt, grads, len(prob.graph.inputs))
@@ -945,54 +323,46 @@ def _single_spec(node, dtype):
     sig = (node.op, tuple((a.level, a.kind) for a in node.args), dtype)
     spec = _single.get(sig)
     if spec is None:
-        from .ir import apply
         args = [param(f"a{j}", a.kind) if a.level == SCALAR else leaf_input(f"a{j}", a.level, a.kind)
                 for j, a in enumerate(node.args)]
         out = apply(node.op, *args)
-        spec = _single[sig] = KernelSpec([(out, out.level)], _STR[dtype], f"primitive {node.op}")
+        spec = _single[sig] = KernelSpec([(out, out.level)], DTYPE_NAME[dtype], f"primitive {node.op}")
     return spec
 
 
 def interpret(prob, order, values, phase, force_fallback=False):
-    """Evaluate `order` op by op into `values` (digest -> tensor in layout form)."""
-    from . import kernels as hand
-    dtype = prob.dtype
-    for node in order:
-        if node.digest in values:
-            continue
-        if not node.args:
-            val = _leaf_value(prob, node)
-        elif PRIMS[node.op].group == "identity":  # no kernel: a view of its first argument
-            val = PRIMS[node.op].torch(*[values[a.digest] for a in node.args])
-        else:
-            args = [values[a.digest] for a in node.args]
-            prim = PRIMS[node.op]
-            if all(a.level == SCALAR for a in node.args) or prim.group == "reduce_col":
-                val = prim.torch(*args)  # scalar epilogue arithmetic, or a column sum: no one-op kernel
-            else:
-                levels = tuple(a.level for a in node.args)
-                hw = hand.PRIMITIVES.get((node.op, levels)) if not force_fallback else None
-                path, reason = ("fallback", "torch fallback") if force_fallback else _policy.choose(hw is not None)
-                val = None
-                if path == "handwritten":
-                    val = hw(*args)
-                elif path == "autogen":
-                    try:
-                        spec = _single_spec(node, dtype)
-                        named = {f"a{j}": (a.reshape(-1).contiguous() if node.args[j].level != SCALAR else a)
-                                 for j, a in enumerate(args)}
-                        val = run_spec(spec, prob, named)[0].view(prob.layout(node.level))
-                    except Exception as exc:  # noqa: BLE001 - any compile/run failure falls back
-                        _warn_once(node.op, exc)
-                        path, reason = "fallback", f"autogen failed: {exc}"
-                if val is None:
-                    val = prim.torch(*args)
-                _policy.note(node.op, path, False, phase, reason)
-        values[node.digest] = val
-    return values
+    """Evaluate `order` op by op into `values` (digest -> tensor in layout form), each primitive through the
+    kernel the policy picks."""
+    return evaluate(order, lambda node: _leaf_value(prob, node), values,
+                    functools.partial(_one_op, prob, phase, force_fallback))
 
 
-@functools.lru_cache(maxsize=256)
+def _one_op(prob, phase, force_fallback, node, args):
+    """One primitive op by op: a handwritten, generated or torch kernel as the policy picks."""
+    prim = PRIMS[node.op]
+    if prim.group == "identity" or all(a.level == SCALAR for a in node.args) or prim.group == "reduce_col":
+        return prim.torch(*args)  # a view; scalar epilogue arithmetic, or a column sum: no one-op kernel
+    levels = tuple(a.level for a in node.args)
+    hw = HANDWRITTEN["PRIMITIVES"].get((node.op, levels)) if not force_fallback else None
+    path, reason = ("fallback", "torch fallback") if force_fallback else _policy.choose(hw is not None)
+    val = None
+    if path == "handwritten":
+        val = hw(*args)
+    elif path == "autogen":
+        try:
+            spec = _single_spec(node, prob.dtype)
+            named = {f"a{j}": (a.reshape(-1).contiguous() if node.args[j].level != SCALAR else a)
+                     for j, a in enumerate(args)}
+            val = run_spec(spec, prob, named)[0].view(prob.layout(node.level))
+        except Exception as exc:  # noqa: BLE001 - any compile/run failure falls back
+            warn_once(node.op, exc)
+            path, reason = "fallback", f"autogen failed: {exc}"
+    if val is None:
+        val = prim.torch(*args)
+    _policy.note(node.op, path, False, phase, reason)
+    return val
+
+
 def _prim_vjp(graph, needs):
     gleaf = leaf_input("__gout", graph.level)
     return gleaf, vjp([graph.loss], [gleaf], [graph.inputs[i] for i, need in enumerate(needs) if need])
@@ -1035,14 +405,14 @@ class PrimEngine:
         return _place(wrt, out, len(graph.inputs))
 
 
-def _tensors_in(saved):
+def tensors_in(saved):
     """The tensors an engine's saved state holds (in tuples, lists and dicts, one level deep; not in a
     torch.Size, a tuple of ints)."""
     for item in saved.values() if isinstance(saved, dict) else saved if isinstance(saved, (tuple, list)) else (saved,):
         if isinstance(item, torch.Tensor):
             yield item
         elif isinstance(item, (tuple, list, dict)) and type(item) is not torch.Size:
-            yield from _tensors_in(item)
+            yield from tensors_in(item)
 
 
 class _GradFix(torch.autograd.Function):
@@ -1079,10 +449,10 @@ class _GradFix(torch.autograd.Function):
 def _leaf_value(prob, node):
     """A const, param or iota leaf as a tensor of the interpreters' layout."""
     if node.op == "const":
-        return torch.tensor(node.attr, dtype=_TORCH_KIND.get(node.kind, prob.dtype))
+        return torch.tensor(node.attr, dtype=TORCH_KIND.get(node.kind, prob.dtype))
     if node.op == "param":
         v = prob.params[node.attr]
-        return v if isinstance(v, torch.Tensor) else torch.tensor(v, dtype=_TORCH_KIND.get(node.kind, prob.dtype))
+        return v if isinstance(v, torch.Tensor) else torch.tensor(v, dtype=TORCH_KIND.get(node.kind, prob.dtype))
     return torch.arange(prob.flat_size(COL)).view(prob.layout(COL))
 
 
@@ -1101,21 +471,17 @@ def torch_eval(prob, tensors):
 
 def _torch_values(prob, roots, values):
     """`roots` as torch ops, `values` giving the leaves' tensors by digest (params from the problem)."""
-    for node in toposort(roots):
-        if node.digest in values:
-            continue
-        if not node.args:
-            val = _leaf_value(prob, node)
-        else:
-            args = [values[a.digest] for a in node.args]
-            if node.op == "detach":
-                val = args[0].detach()
-            elif node.op == "gradfix":
-                val = _GradFix.apply(*args)
-            else:
-                val = PRIMS[node.op].torch(*args)
-        values[node.digest] = val
+    evaluate(toposort(roots), lambda node: _leaf_value(prob, node), values, _autograd_op)
     return [values[r.digest] for r in roots]
+
+
+def _autograd_op(node, args):
+    """An op under torch's autograd: detach and gradfix keep their gradient meaning."""
+    if node.op == "detach":
+        return args[0].detach()
+    if node.op == "gradfix":
+        return _GradFix.apply(*args)
+    return PRIMS[node.op].torch(*args)
 
 
 def as_rows(prob, tensors):
@@ -1180,7 +546,7 @@ def _shares(v, storages):
 def _reads(saved, tensors):
     """Whether an engine's saved state holds memory of the inputs (its backward reads them)."""
     storages = _storages(tensors)
-    return any(_shares(t, storages) for t in _tensors_in(saved))
+    return any(_shares(t, storages) for t in tensors_in(saved))
 
 
 def _own_copies(saved, tensors):
@@ -1294,7 +660,7 @@ class _LossFunction(torch.autograd.Function):
         if grads is saved:  # the forward's gradients themselves (the engine's common case)
             handed, held = True, None
         else:
-            held = {id(t) for t in _tensors_in(saved)}
+            held = {id(t) for t in tensors_in(saved)}
             handed = any(g is not None and id(g) in held for g in grads)
         if handed and keep:
             # retain_graph=True: keep the forward's gradients for the next backward (inputs torch does not
@@ -1369,7 +735,7 @@ def _shapes(ctx):
     return [t.shape for t in ctx.inputs] if ctx.fast else ctx.shapes
 
 
-# _LossFunction.apply without torch.autograd.Function.apply's Python layer (~2 us a call), which only matters
+# _LossFunction.apply without torch.autograd.Function.apply's Python layer, which only matters
 # under torch.func transforms: execute sends those to torch ops first
 _apply = super(torch.autograd.Function, _LossFunction).apply
 
@@ -1377,34 +743,32 @@ _apply = super(torch.autograd.Function, _LossFunction).apply
 observers = []  # explain() listens here for the problems it explains
 
 
-def _capture(prob):
+def observe(prob):
     for fn in observers:
         fn(prob)
 
 
-_registries = {}
+# The handwritten kernels, by what they implement: autogen.kernels registers its tables here at its import
+# (it sits above this module: it launches through split_run and the pool).
+HANDWRITTEN = {"PRIMITIVES": {}, "FUSED": {}, "NONLINEAR": {}}
 
 
 def handwritten_for(registry, name, prob):
-    """The handwritten engine factory for `name` in `autogen.kernels.<registry>`, if it supports prob."""
-    table = _registries.get(registry)
-    if table is None:
-        from . import kernels  # the kernels package imports this module (an import statement per call: ~0.5 us)
-        table = _registries[registry] = getattr(kernels, registry)
-    factory = table.get(name)
+    """The handwritten engine factory for `name` in HANDWRITTEN[registry], if it supports prob."""
+    factory = HANDWRITTEN[registry].get(name)
     return factory if factory is not None and factory.supports(prob) else None
 
 
-def _transformed(tensors):
+def under_transform(tensors):
     """Inside a torch.func transform, or with forward-mode dual tensors: kernels see no plain data."""
     if torch._C._functorch.peek_interpreter_stack() is not None:
         return True
     return _fwad._current_level >= 0 and any(_fwad.unpack_dual(t).tangent is not None for t in tensors)
 
 
-def _differentiable(tensors):
+def grad_wanted(tensors):
     if torch.is_grad_enabled():
-        for t in tensors:  # a loop: any() over a generator costs ~0.4 us more
+        for t in tensors:  # a loop: any() over a generator costs more
             if t.requires_grad:
                 return True
     return False
@@ -1418,7 +782,7 @@ def rerun(keep, prob, tensors, use_autogen, handwritten=None, fallback=True, dty
     engine = keep.engine
     if engine is not None and keep.policy == _policy.get_policy():
         if observers:  # explain() listening
-            _capture(prob)
+            observe(prob)
         try:
             return _run_engine(engine, prob, tensors, dtype)
         except Exception:  # noqa: BLE001
@@ -1431,7 +795,7 @@ def _run_engine(engine, prob, tensors, dtype=None):
     where a gradient is wanted. `dtype`: the caller's result dtype, which a differentiable output is
     converted to inside the autograd Function (the caller still converts any other)."""
     ts = tensors if getattr(engine, "low_precision", False) else widened(prob, tensors)
-    if _differentiable(ts):
+    if grad_wanted(ts):
         return _apply(engine, dtype, *ts)
     return engine.forward(ts, (False,) * len(ts))[0]  # skip autograd's bookkeeping
 
@@ -1440,8 +804,8 @@ def execute(prob, tensors, use_autogen, handwritten=None, fallback=True, keep=No
     """Pick the path for this loss call under the policy, run it, record it. `fallback=False`: an
     engine error is raised (the caller has its own fallback). `keep`: see rerun; `dtype`: _run_engine."""
     if observers:
-        _capture(prob)
-    if _transformed(tensors):
+        observe(prob)
+    if under_transform(tensors):
         return run_torch(prob, tensors, "torch.func transform or forward-mode AD: torch ops")
     if use_autogen:
         path, reason = _policy.choose(handwritten is not None)
@@ -1467,11 +831,11 @@ def execute(prob, tensors, use_autogen, handwritten=None, fallback=True, keep=No
     except AutogenError as exc:
         if _policy.get_strict() or not fallback:
             raise
-        _warn_once(prob.graph.name, exc)
+        warn_once(prob.graph.name, exc)
     except Exception as exc:  # noqa: BLE001 - numba typing/lowering errors surface at the first call
         if not type(exc).__module__.startswith("numba") or _policy.get_strict() or not fallback:
             raise
-        _warn_once(prob.graph.name, exc)
+        warn_once(prob.graph.name, exc)
     if prob.graph.mode == "cf":
         prob, tensors = as_rows(prob, tensors)
     try:

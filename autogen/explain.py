@@ -7,19 +7,20 @@ import torch
 from . import executor, functional as F, schedule
 from . import nn as agnn
 from .codegen import render
+from .executor import fused_plan
 from .policies import get_policy, record
 
 class _Listening(threading.local):
-    active = False  # a class default: a missing attribute of a threading.local raises (~1 us a call)
+    active = False  # a class default: a missing attribute of a threading.local raises
 
 
-_capture = _Listening()
+observe = _Listening()
 
 
 def capture(prob):
     """Called by the executor for every loss call while an explain() runs; explain() reads the last one."""
-    if _capture.active:
-        _capture.problems.append(prob)
+    if observe.active:
+        observe.problems.append(prob)
 
 
 _listeners = [0]  # explain() calls running, on any thread: the executor calls observers only while one is
@@ -72,18 +73,17 @@ def _resolve(name_or_module):
 
 def explain(name_or_module, *example_inputs, **options):
     """Run the loss once (forward and backward) on the examples and explain what ran."""
-    from .executor import fused_plan
     fn, label = _resolve(name_or_module)
     inputs = [t.detach().clone().requires_grad_(t.is_floating_point()) if isinstance(t, torch.Tensor) else t
               for t in example_inputs]
-    _capture.active, _capture.problems = True, []
+    observe.active, observe.problems = True, []
     _listen(True)
     try:
         with record() as rec:
             out = fn(*inputs, **options) if options else fn(*inputs)
             if out.requires_grad:
                 out.sum().backward()
-        if not _capture.problems:  # torch ran it (small input): still show the graph we would run
+        if not observe.problems:  # torch ran it (small input): still show the graph we would run
             saved = F.SMALL_ELEMENTS, F.SMALL_ELEMENTS_NO_GRAD
             F.SMALL_ELEMENTS = F.SMALL_ELEMENTS_NO_GRAD = dict.fromkeys(saved[0], 0)
             try:
@@ -92,15 +92,15 @@ def explain(name_or_module, *example_inputs, **options):
             finally:
                 F.SMALL_ELEMENTS, F.SMALL_ELEMENTS_NO_GRAD = saved
     finally:
-        _capture.active = False
+        observe.active = False
         _listen(False)
-    probs = _capture.problems
+    probs = observe.problems
     if not probs:  # nothing of ours ran: a custom loss that runs eagerly (its warning said why)
         return Explanation(label, get_policy(), "(no primitive graph: the loss ran eagerly)", rec.calls, {})
     prob = probs[-1]
     needs = tuple(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs[:len(prob.graph.inputs)])
     needs = getattr(prob, "needs", None) or needs + (False,) * (len(prob.graph.inputs) - len(needs))  # its own: a
-    # loss after a linear layer (linear_loss.ChunkedLoss), whose first input is the logits
+    # loss after a linear layer (chunked.ChunkedLoss), whose first input is the logits
     plan = fused_plan(prob.graph, needs, prob.dtype)
     specs = [plan.forward] + ([plan.backward] if plan.backward is not None else [])
     sources = {spec.label: render(spec) for spec in specs}

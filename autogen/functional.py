@@ -4,25 +4,28 @@ import functools
 import inspect
 import itertools
 import math
-import operator
 import os
 import threading
 import warnings
 
-import numba
-import numpy as np
 import torch
 import torch.nn.functional as TF
 from torch.nn import _reduction as _Reduction
 
 from . import decompositions as D
+from . import isa
 from . import inline
-from . import ops as _ops
-from .codegen import _ENV
-from .executor import (_ZERO, Problem, _transformed, aliases, contiguous as _contiguous, execute, handwritten_for,
-                       host, rerun, shaped)
-from .mathlib import at
-from .policies import _local as _state, calm, get_policy, note, recording
+from . import opcall as _ops
+from .codegen import TEMPLATES
+from .checks import (broadcast_shapes, check_margin_targets, check_nonnegative, check_reduction, check_targets,
+                     check_unit_interval, int_arg, tname)
+from .dispatch import COMPILE, SYMBOLIC, TRACE, TRANSFORM, route
+from .executor import aliases, execute, handwritten_for, rerun, under_transform
+from .launch import contiguous as _contiguous
+from .pool import shaped
+from .graphs import Problem
+from .linear_loss import linear_cross_entropy  # noqa: F401 - autogen.functional's fused output layer loss
+from .policies import thread_state as _state, calm, get_policy, note, recording
 
 LOSSES = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
           "binary_cross_entropy_with_logits", "cross_entropy", "nll_loss", "gaussian_nll_loss",
@@ -33,49 +36,19 @@ LOSSES = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_e
 _LOW = (torch.float16, torch.bfloat16)
 
 
-# Below these sizes (elements of the input, forward+backward) torch's own kernel beats any launch of
-# ours. Measured with `python benchmarks/bench_crossover.py` (docs/performance.md: how, and the figures);
-# the 'aggressive' policy ignores them, and AUTOGEN_SMALL_ELEMENTS=N sets one value for all losses.
-# NLL writes the same gradient torch does: its fused kernel wins only where torch's gradient is new
-# memory on every call.
-SMALL_ELEMENTS = {"mse_loss": 1 << 16, "l1_loss": 1 << 13, "smooth_l1_loss": 1 << 16, "huber_loss": 1 << 16,
-                  "binary_cross_entropy": 1 << 13, "binary_cross_entropy_with_logits": 1 << 13,
-                  "cross_entropy": 1 << 17, "nll_loss": 1 << 23, "gaussian_nll_loss": 1 << 10,
-                  "hinge_embedding_loss": 1 << 10, "kl_div": 1 << 10, "margin_ranking_loss": 1 << 10,
-                  "multilabel_soft_margin_loss": 1 << 10, "multi_margin_loss": 1 << 14, "poisson_nll_loss": 1 << 10,
-                  "triplet_margin_loss": 1 << 10, "triplet_margin_with_distance_loss": 1 << 10,
-                  "cosine_embedding_loss": 0}
-# The same for a call that needs no gradient (torch.no_grad(), or no input requires grad): the fused
-# kernel then saves only the forward's passes, so torch's kernel wins up to larger sizes, and NLL's
-# forward (a gather of one value per row) at every size. From `bench_crossover.py --fwd`: each limit is
-# the first size ours won in every run (eager's own time moves with page faults), by at least 5%.
-SMALL_ELEMENTS_NO_GRAD = dict(SMALL_ELEMENTS, mse_loss=1 << 15, l1_loss=1 << 14, smooth_l1_loss=1 << 16,
-                              huber_loss=1 << 16, cross_entropy=1 << 19, binary_cross_entropy_with_logits=1 << 13,
-                              nll_loss=1 << 62, kl_div=1 << 12, margin_ranking_loss=1 << 14, multi_margin_loss=1 << 14,
-                              poisson_nll_loss=1 << 13, triplet_margin_loss=1 << 12, cosine_embedding_loss=1 << 12)
+# Below these sizes (elements of the input; with a gradient, and without) torch's own kernel beats any launch
+# of ours: measured by benchmarks/bench_crossover.py, kept in loss_thresholds.json (their history:
+# docs/performance.md). 'aggressive' ignores them; AUTOGEN_SMALL_ELEMENTS=N sets one value for all losses.
+_LIMITS = isa.load_json("loss_thresholds.json")
+SMALL_ELEMENTS, SMALL_ELEMENTS_NO_GRAD = _LIMITS["grad"], _LIMITS["no_grad"]
 if os.environ.get("AUTOGEN_SMALL_ELEMENTS"):
     SMALL_ELEMENTS = dict.fromkeys(SMALL_ELEMENTS, int(os.environ["AUTOGEN_SMALL_ELEMENTS"]))
     SMALL_ELEMENTS_NO_GRAD = dict(SMALL_ELEMENTS)
 
 
-def broadcast_shapes(*shapes):
-    """torch.broadcast_shapes for concrete shapes, without its first-call import of sympy (0.45 s)."""
-    ndim = max((len(s) for s in shapes), default=0)
-    out = [1] * ndim
-    for shape in shapes:
-        for i, size in enumerate(shape):
-            j = ndim - len(shape) + i
-            if size != 1 and out[j] != 1 and size != out[j]:
-                raise RuntimeError(f"The size of tensor a ({out[j]}) must match the size of tensor b ({size}) at "
-                                   f"non-singleton dimension {i}")
-            if size != 1 or out[j] == 1:
-                out[j] = size if size != 1 else out[j]
-    return torch.Size(out)
-
-
 # -- small inputs: torch's own ATen kernel, called directly ------------------------------------
-# torch.nn.functional's Python wrappers cost microseconds a call (mse_loss's broadcast_tensors alone
-# ~2 us) on top of the ATen op; for plain tensors of equal shapes with no legacy or weight argument
+# torch.nn.functional's Python wrappers cost microseconds a call (mse_loss's broadcast_tensors the most)
+# on top of the ATen op; for plain tensors of equal shapes with no legacy or weight argument
 # the small-input path calls the op itself (same kernel, same numbers and gradients), anything else
 # goes through torch's function.
 _NO_LEGACY = "size_average is None and reduce is None"
@@ -101,10 +74,9 @@ _ATEN = {
 
 def _front(name, fn, full):
     """The public function of a loss, rendered from templates/front.py.j2 with the loss's own signature
-    (torch's): a small plain call goes to torch with every check made in this one frame, anything else
-    to `full`. For the eight torch losses of _ATEN that is the ATen op itself (at 1K elements torch's
-    whole Python wrapper costs ~0.4 us, and a frame of ours ~0.15); for the others, torch's function
-    with every argument passed on as given."""
+    (torch's): a small plain call (_small) goes to torch, anything else to `full`. For the eight torch losses
+    of _ATEN that is the ATen op itself, for the others torch's function with every argument passed on as
+    given. Rendered, not a closure over *args: docs/performance.md measures what that saves per call."""
     params = list(inspect.signature(fn).parameters.values())[:-1]  # all but use_autogen
     keyword_only = [p.kind == p.KEYWORD_ONLY for p in params]
     decl = [p.name if p.default is p.empty else f"{p.name}={p.default!r}" for p in params]
@@ -116,25 +88,25 @@ def _front(name, fn, full):
         plain, same_shape, call, *ops = _ATEN[name]
     else:
         plain, same_shape, call, ops = "True", False, f"__op({passed})", [getattr(TF, name)]
-    source = _ENV.get_template("front.py.j2").render(
+    source = TEMPLATES.get_template("front.py.j2").render(
         name=name, plain=plain, same_shape=same_shape, call=call, enum=name in _ATEN, signature=signature,
         passed=passed, a=params[0].name, b=params[1].name)
     namespace = {}
     exec(compile(source, f"<autogen front {name}>", "exec"), globals(), namespace)
-    return namespace["make"](full, _torch_ran, _state, get_policy, torch.Tensor, calm, torch.is_grad_enabled,
-                             _ops.compiling, *ops)
+    return namespace["make"](full, _torch_ran, _state, _small, torch.Tensor, calm, *ops)
 
 
 def _small(name, input, target):
-    """Whether this call goes to torch's own function: below the loss's size, not inside an
-    @autogen_loss trace, policy not 'aggressive'; or an input or target that is no tensor, so that
-    torch raises its own error for it (nll_loss's TypeError, mse_loss's AttributeError). The fronts
-    of templates/front.py.j2 inline the same gate (a call costs a frame there): change both."""
+    """Whether this call goes to torch's own function: below the loss's size, not inside an @autogen_loss trace
+    nor while Dynamo traces (its guards do not see a threading.local: a graph traced there would outlive a
+    policy() block), policy not 'aggressive'; or an input or target that is no tensor, so that torch raises its
+    own error for it (nll_loss's TypeError, mse_loss's AttributeError). The one size gate: the fronts of
+    templates/front.py.j2 call it too."""
     if not isinstance(input, torch.Tensor) or not isinstance(target, torch.Tensor):
         return True
     n = input.numel()
     return (n < SMALL_ELEMENTS[name] or n < SMALL_ELEMENTS_NO_GRAD[name] and not _grad_needed(input, target)) \
-        and (calm[0] or not _state.tracing and get_policy() != "aggressive")
+        and (calm[0] or not _ops.compiling() and not _state.tracing and get_policy() != "aggressive")
 
 
 def _grad_needed(input, target):
@@ -191,7 +163,7 @@ class _Capture:
 
 class _Capturing(threading.local):
     cur = None  # the _Capture of the call being planned on this thread (a class default: a missing
-    # attribute of a threading.local raises, ~1 us a call)
+    # attribute of a threading.local raises, which is slow)
 
 
 _capturing = _Capturing()
@@ -238,7 +210,6 @@ def _plan_key(name, input, target, args, kwargs, use_autogen, legacy):
         else:
             rest += (k, type(v), v)
     return key + tuple(rest) + (aliases(tensors),), tensors
-
 
 
 class _Plan:
@@ -319,21 +290,20 @@ def _small_to_torch(fn):
             except TypeError:  # an unhashable argument value
                 key = plan = None
             if plan and not (name in AUTOCAST_FP32 and torch.is_autocast_enabled("cpu")) \
-                    and not _transformed(tensors) and not _small(name, input, target):
+                    and not under_transform(tensors) and not _small(name, input, target):
                 return plan.run(tensors)
         if name in AUTOCAST_FP32 and torch.is_autocast_enabled("cpu"):  # before the operator, which runs
             input, target, args, kwargs = _autocast_fp32(name, input, target, args, kwargs)  # outside autocast
             plain = False  # the cast arguments: not the call's own
-        if _ops.compiling():  # torch.compile / torch.export: one autogen::call of the graph
+        rung = route((input, target))
+        if rung is COMPILE or rung is SYMBOLIC:  # one autogen::call of the graph, or its fake implementation
             return _ops.loss(name, params, (input, target) + args, kwargs, use_autogen)
-        if _state.tracing:  # inside an @autogen_loss trace: our decomposition, inlined into the caller's graph
+        if rung is TRACE:  # inside an @autogen_loss trace: our decomposition, inlined into the caller's graph
             if not inline.active():
                 return torch_fn(input, target, *args, **kwargs)
             inline.begin()
             return fn(input, target, *args, use_autogen=True, **kwargs)
-        if _ops.symbolic(input, target):  # meta or fake tensors: the operator's fake implementation
-            return _ops.loss(name, params, (input, target) + args, kwargs, use_autogen)
-        if _transformed((input, target)):  # torch.func / forward-mode AD: torch's own loss, recorded
+        if rung is TRANSFORM:  # torch.func / forward-mode AD: torch's own loss, recorded
             return _torch_fallback(name, torch_fn(input, target, *args, **kwargs), "torch.func or forward-mode AD")
         if not _small(name, input, target):
             outer = _captured()
@@ -391,12 +361,12 @@ def _reduction(size_average, reduce, reduction):
 def _floating(op, *tensors):
     for t in tensors:
         if t is not None and not (t.is_floating_point() or t.is_complex()):
-            raise NotImplementedError(f'"{op}" not implemented for \'{_tname(t.dtype)}\'')
+            raise NotImplementedError(f'"{op}" not implemented for \'{tname(t.dtype)}\'')
         if t is not None and t.is_complex():
             raise RuntimeError(f"{op}: complex inputs are not supported")
 
 
-def _compute_dtype(dtype):
+def compute_dtype(dtype):
     return torch.float32 if dtype in _LOW else dtype
 
 
@@ -489,7 +459,7 @@ def _pointwise(name, input, target, reduction, weight, use_autogen, **params):
         raise ValueError("Weights and input must have the same size.")
     dtype = torch.result_type(input, target) if weight is None else torch.promote_types(
         torch.result_type(input, target), weight.dtype)
-    cdt = _compute_dtype(dtype)
+    cdt = compute_dtype(dtype)
     tensors = [_canon(xb, cdt), _canon(tb, cdt)]
     if weight is not None:
         tensors.append(_canon(_expand(weight, xb.shape), cdt))
@@ -539,45 +509,6 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None, *, use_a
     return _pointwise("huber_loss", input, target, reduction, weight, use_autogen, delta=float(delta))
 
 
-def _check_unit_interval(x, what):
-    if _state.tracing and inline.active():
-        return inline.defer("unit_interval", x, what)
-    if not x.numel():
-        return
-    mem = _small_values(x)
-    if mem is not None:
-        inside = _inside_unit(*mem)
-    else:
-        lo, hi = torch.aminmax(x.detach())
-        inside = lo >= 0 and hi <= 1
-    if not inside:  # NaN fails too, as in torch
-        raise RuntimeError(f"all elements of {what} should be between 0 and 1")
-
-
-_CHECKED = {dt: _ZERO[dt] for dt in (torch.float32, torch.float64)}  # dtypes a value check reads, their zero
-
-
-def _small_values(x):
-    """(address, count, a zero of its dtype) of a small contiguous float32/float64 tensor, else None: a value
-    check on it is one serial numba pass over its memory (~5-10 us less than torch ops; from its address, ~1 us
-    less than a numpy view); a large one takes torch's vectorized threads."""
-    n = x.numel()
-    if n < 1 << 16 and x.is_contiguous() and x.is_cpu:
-        zero = _CHECKED.get(x.dtype)
-        if zero is not None:
-            return x.data_ptr(), n, zero
-    return None
-
-
-@numba.njit(nogil=True, cache=True)
-def _inside_unit(address, n, zero):
-    a = numba.carray(at(address, zero), n)
-    for i in range(n):
-        if not (a[i] >= 0 and a[i] <= 1):
-            return False
-    return True
-
-
 @_small_to_torch
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean", *,
                          use_autogen=False):
@@ -589,16 +520,16 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     _floating("binary_cross_entropy", input, target, weight)
     for other in (target, weight):
         if other is not None and other.dtype != input.dtype:
-            raise RuntimeError(f"Found dtype {_tname(other.dtype)} but expected {_tname(input.dtype)}")
+            raise RuntimeError(f"Found dtype {tname(other.dtype)} but expected {tname(input.dtype)}")
     _no_grad_weights("binary_cross_entropy", weight=weight)
     if weight is not None:
         weight = _expand(weight, broadcast_shapes(target.size(), weight.size()))
         if weight.shape != input.shape:
             raise RuntimeError(f"The size of tensor weight {tuple(weight.shape)} must match input "
                                f"{tuple(input.shape)}")
-    _check(_check_unit_interval, input, "input")
-    _check(_check_unit_interval, target, "target")
-    dtype, cdt = input.dtype, _compute_dtype(input.dtype)
+    _check(check_unit_interval, input, "input")
+    _check(check_unit_interval, target, "target")
+    dtype, cdt = input.dtype, compute_dtype(input.dtype)
     tensors = [_canon(t, cdt) for t in (input, target, weight) if t is not None]
     n = input.numel()
     graph = D.binary_cross_entropy(reduction, weight is not None)
@@ -625,7 +556,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
         dtype = torch.promote_types(dtype, t.dtype)
     if broadcast_shapes(shape, *[t.shape for t in extra]) != shape:
         raise RuntimeError(f"output with shape {list(shape)} doesn't match the broadcast shape")
-    cdt = _compute_dtype(dtype)
+    cdt = compute_dtype(dtype)
     tensors = [_canon(input, cdt), _canon(target, cdt)]
     tensors += [_canon(_expand(t, shape), cdt) for t in extra]
     n = input.numel()
@@ -633,16 +564,6 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     prob = Problem(graph, n, 0, 0, cdt, {"scale": _scale(n) if reduction == "mean" else 1.0})
     out = _execute(prob, tensors, use_autogen, handwritten_for("FUSED", op, prob), shape, dtype)
     return _finish(out, reduction, shape, dtype)
-
-
-_TNAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
-           torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
-           torch.bool: "Bool"}
-
-
-def _tname(dtype):
-    """torch's C++ name of a dtype, as its error messages print it."""
-    return _TNAMES.get(dtype, str(dtype).replace("torch.", ""))
 
 
 # channel-first classes are read in place from this inner size on (a block's lanes); below it a transposed
@@ -664,14 +585,14 @@ def _class_rows(op, input, target, weight, probs, channel_first=False):
             raise RuntimeError(f"{prefix}weight tensor should be defined either for all {C} classes or no classes"
                                f" but got weight tensor of shape: {list(weight.shape)}")
         if weight.dtype != input.dtype:
-            raise RuntimeError(f"expected scalar type {_tname(input.dtype)} but found {_tname(weight.dtype)}")
+            raise RuntimeError(f"expected scalar type {tname(input.dtype)} but found {tname(weight.dtype)}")
     if probs:
         if target.shape != input.shape:
             raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
         out_shape = input.shape[:class_dim] + input.shape[class_dim + 1:]
     else:
         if target.dtype not in (torch.int64, torch.uint8):
-            raise RuntimeError(f"expected target dtype to be Long or Byte, but got {_tname(target.dtype)}")
+            raise RuntimeError(f"expected target dtype to be Long or Byte, but got {tname(target.dtype)}")
         if input.dim() <= 2:
             if target.dim() != max(input.dim() - 1, 0) or (input.dim() == 2 and target.dim() != 1):
                 raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
@@ -690,68 +611,16 @@ def _class_rows(op, input, target, weight, probs, channel_first=False):
     return rows, C, out_shape
 
 
-def _int_arg(op, name, position, value):
-    """`value` as an int, as torch's argument parser takes one: a bool or a float is a TypeError, an int
-    beyond int64 a ValueError (numba would fail to type it)."""
-    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
-        raise TypeError(f"{op}(): argument '{name}' (position {position}) must be int, not {type(value).__name__}")
-    value = operator.index(value)
-    if not -(1 << 63) <= value < (1 << 63):
-        raise ValueError("Overflow when unpacking long long")
-    return value
-
-
-@numba.njit(nogil=True, cache=True)
-def _first_bad_target(t, C, ignore_index):
-    """Index of the first target outside [0, C) that is not ignore_index (None: none is), or -1. The test
-    pass has no early exit, so that it vectorizes; only a bad target pays for the search."""
-    c = np.uint64(C)
-    bad = False
-    if ignore_index is None:
-        for i in range(t.size):
-            bad |= np.uint64(t[i]) >= c  # a negative index wraps above C
-    else:
-        for i in range(t.size):
-            k = t[i]
-            bad |= (k != ignore_index) & (np.uint64(k) >= c)
-    if bad:
-        for i in range(t.size):
-            k = t[i]
-            if (ignore_index is None or k != ignore_index) and (k < 0 or k >= C):
-                return i
-    return -1
-
-
-@numba.njit(nogil=True, cache=True)
-def _first_bad_target_at(address, n, C, ignore_index):
-    """_first_bad_target of the n int64 targets at `address` (a contiguous tensor's: no numpy view, ~1 us)."""
-    return _first_bad_target(numba.carray(at(address, np.int64(0)), n), C, ignore_index)
-
-
-def _check_targets(target, C, ignore_index):
-    """Class-index targets as a contiguous int64 tensor, after torch's IndexError for one out of range."""
-    if _state.tracing and inline.active():
-        t = target.detach().long().contiguous()
-        inline.defer("targets", t, C, ignore_index)
-        return t
-    t = host(target if target.dtype is torch.int64 else target.long())  # integers: never requires_grad
-    if t.numel():
-        i = _first_bad_target_at(t.data_ptr(), t.numel(), C, ignore_index)
-        if i >= 0:
-            raise IndexError(f"Target {int(t.view(-1)[i])} is out of bounds.")
-    return t  # integer: never differentiated, so the detached tensor serves
-
-
 def _class_loss(op, input, target, weight, ignore_index, reduction, label_smoothing, use_autogen):
     probs = target.is_floating_point()
     if op == "nll_loss" and probs:
-        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {_tname(target.dtype)}")
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {tname(target.dtype)}")
     if op == "cross_entropy" and label_smoothing > 1.0:
         raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
     if input.dim() == 0 and op == "cross_entropy" and not probs:
         raise RuntimeError(f"Expected floating point type for target with class probabilities, got "
-                           f"{_tname(target.dtype)}")
-    ignore_index = _int_arg("cross_entropy_loss" if op == "cross_entropy" else "nll_loss_nd", "ignore_index", 5,
+                           f"{tname(target.dtype)}")
+    ignore_index = int_arg("cross_entropy_loss" if op == "cross_entropy" else "nll_loss_nd", "ignore_index", 5,
                             ignore_index)
     inner = math.prod(input.shape[2:])
     # (N, C, d1..dK): kernels read the classes in place, `inner` apart (no transposed copy; inside a trace
@@ -761,7 +630,7 @@ def _class_loss(op, input, target, weight, ignore_index, reduction, label_smooth
     if not probs:  # torch differentiates the weight of class-probability targets only
         _no_grad_weights("nll_loss_forward", weight=weight)
     dtype = torch.result_type(input, target) if probs else input.dtype
-    cdt = _compute_dtype(dtype)
+    cdt = compute_dtype(dtype)
     x = _canon(rows, cdt)
     R = x.numel() // C if C else 0
     smoothing = label_smoothing > 0.0
@@ -776,7 +645,7 @@ def _class_loss(op, input, target, weight, ignore_index, reduction, label_smooth
         if C == 0 and target.numel():
             raise IndexError(f"Target {int(target.reshape(-1)[0])} is out of bounds.")
         R = target.numel()
-        tensors = [x, _check(_check_targets, target, C, ignore_index)] + w
+        tensors = [x, _check(check_targets, target, C, ignore_index)] + w
         params["ignore_index"] = ignore_index
         if op == "nll_loss":
             graph = D.nll_loss(reduction, weight is not None)
@@ -829,7 +698,7 @@ def _broadcast(op, tensors):
 def _flat(op, tensors, use_autogen, reduction, graph, params, scale_count=None):
     """Elementwise losses: broadcast all tensors (torch's result dtype), flatten, run."""
     shape, dtype = _broadcast(op, tensors)
-    cdt = _compute_dtype(dtype)
+    cdt = compute_dtype(dtype)
     flat = [_canon(_expand(t, shape), cdt) for t in tensors]
     n = flat[0].numel()
     count = n if scale_count is None else scale_count
@@ -837,27 +706,7 @@ def _flat(op, tensors, use_autogen, reduction, graph, params, scale_count=None):
     return _run(graph, flat, (n, 0, 0), cdt, params, use_autogen, reduction, shape, dtype)
 
 
-def _check_reduction(reduction, message="{} is not a valid value for reduction"):
-    if reduction not in ("none", "mean", "sum"):
-        raise ValueError(message.format(reduction))
-
-
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
-
-
-def _check_nonnegative(var):
-    mem = _small_values(var) if type(var) is torch.Tensor else None  # else torch's own error for a non-tensor
-    if _any_negative(*mem) if mem is not None else torch.any(var < 0):
-        raise ValueError("var has negative entry/entries")
-
-
-@numba.njit(nogil=True, cache=True)
-def _any_negative(address, n, zero):
-    a = numba.carray(at(address, zero), n)
-    for i in range(n):
-        if a[i] < 0:
-            return True
-    return False
 
 
 @_small_to_torch
@@ -869,13 +718,13 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"
     elif _state.tracing and inline.active():
         inline.defer("nonnegative", var)
     else:
-        _check(_check_nonnegative, var)
+        _check(check_nonnegative, var)
     if var.size() != input.size():
         if input.size()[:-1] == var.size():
             var = var.unsqueeze(-1)
         elif not (input.ndim == var.ndim and sum(b for a, b in zip(input.size(), var.size()) if a != b) == 1):
             raise ValueError("var is of incorrect size")
-    _check_reduction(reduction, "{} is not valid")
+    check_reduction(reduction, "{} is not valid")
     return _flat("gaussian_nll_loss", [input, target, var], use_autogen, reduction,
                  D.gaussian_nll_loss(reduction), {"eps": float(eps), "const": _HALF_LOG_2PI if full else 0.0})
 
@@ -934,7 +783,7 @@ def poisson_nll_loss(input, target, log_input=True, full=False, size_average=Non
                      reduction="mean", *, use_autogen=False):
     if size_average is not None or reduce is not None:
         reduction = _Reduction.legacy_get_string(size_average, reduce)
-    _check_reduction(reduction)
+    check_reduction(reduction)
     graph = D.poisson_nll_loss(reduction, bool(log_input), bool(full))
     return _flat("poisson_nll_loss", [input, target], use_autogen, reduction, graph, {"eps": float(eps)})
 
@@ -945,12 +794,12 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
     if size_average is not None or reduce is not None:
         reduction = _Reduction.legacy_get_string(size_average, reduce)
     C = input.size(input.dim() - 1)  # torch's IndexError for a 0-dim input
-    _check_reduction(reduction, "{} is not valid")
+    check_reduction(reduction, "{} is not valid")
     shape, dtype = _broadcast("multilabel_soft_margin_loss", [input, target] + ([weight] if weight is not None else []))
     if shape[-1] != C or len(shape) != input.dim():  # torch then sums over a dimension that is not the last
         return _torch_fallback("multilabel_soft_margin_loss", TF.multilabel_soft_margin_loss(
             input, target, weight, reduction=reduction), "inputs broadcast beyond the input's dimensions")
-    cdt = _compute_dtype(dtype)
+    cdt = compute_dtype(dtype)
     R = math.prod(shape[:-1])
     flat = [_canon(_expand(input, shape), cdt), _canon(_expand(target, shape), cdt)]
     kind = None
@@ -979,17 +828,6 @@ def _row_targets(target, cdt, R):
     return _derived(tgt, _row_targets, target, cdt, R)
 
 
-def _check_margin_targets(target, C):
-    if target.numel():
-        if target.dtype is torch.int64 and target.is_contiguous() and target.is_cpu:  # one numba pass (~10 us less)
-            bad = _first_bad_target_at(target.data_ptr(), target.numel(), C, None)
-        else:
-            t = target.detach().reshape(-1)
-            bad = 0 if bool(((t < 0) | (t >= C)).any()) else -1
-        if bad >= 0:
-            raise RuntimeError("target out of range")
-
-
 @_small_to_torch
 def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=None, reduce=None,
                       reduction="mean", *, use_autogen=False):
@@ -1010,19 +848,19 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
     if input.dim() < 2 and target.numel() != 1:
         raise RuntimeError(f"inconsistent target size, expected 1 but got {list(target.shape)}")
     if target.dtype != torch.int64:
-        raise RuntimeError(f"expected scalar type Long but found {_tname(target.dtype)}")
+        raise RuntimeError(f"expected scalar type Long but found {tname(target.dtype)}")
     if not input.is_floating_point() or input.dtype in _LOW:
-        raise NotImplementedError(f'"multi_margin_loss_cpu_kernel" not implemented for \'{_tname(input.dtype)}\'')
+        raise NotImplementedError(f'"multi_margin_loss_cpu_kernel" not implemented for \'{tname(input.dtype)}\'')
     if weight is not None:
         if weight.numel() != C:
             raise RuntimeError(f"inconsistent weight size, expected {C} but got {list(weight.shape)}")
         if weight.dtype != input.dtype:
-            raise RuntimeError(f"expected scalar type {_tname(input.dtype)} but found {_tname(weight.dtype)}")
+            raise RuntimeError(f"expected scalar type {tname(input.dtype)} but found {tname(weight.dtype)}")
         _no_grad_weights("multi_margin_loss", weight=weight)
     if _state.tracing and inline.active():
         inline.defer("margin_targets", target, C)
     else:
-        _check(_check_margin_targets, target, C)
+        _check(check_margin_targets, target, C)
     dtype = input.dtype
     tensors = [_canon(input, dtype), _flat_targets(target)]
     if weight is not None:
@@ -1040,7 +878,7 @@ def _as_float(tensors):
 def _triplet(op, anchor, positive, negative, margin, p, eps, swap, reduction, use_autogen):
     anchor, positive, negative = _as_float([anchor, positive, negative])
     shape, dtype = _broadcast(op, [anchor, positive, negative])
-    cdt = _compute_dtype(dtype)
+    cdt = compute_dtype(dtype)
     if len(shape) == 0:
         shape = torch.Size([1])
         out_shape = torch.Size()
@@ -1118,7 +956,7 @@ def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, r
         shape = torch.Size([R, shape[-1]])
     else:
         R = 1
-    cdt = _compute_dtype(dtype)
+    cdt = compute_dtype(dtype)
     C = shape[-1]
     tgt = _row_targets(target, cdt, R)
     flat = [_canon(_expand(input1, shape), cdt), _canon(_expand(input2, shape), cdt), tgt]
@@ -1227,6 +1065,8 @@ glu = _act.glu
 NONLINEARITIES = tuple(_act.NONLINEARITIES)
 __all__ = list(LOSSES) + list(NONLINEARITIES)
 
-from .linear_loss import linear_cross_entropy  # noqa: E402 - it uses this module's checks
+# an @autogen_loss trace runs torch.nn.functional's losses and nonlinearities as ours (prelu and glu lower as ops)
+inline.ROUTES.update({getattr(TF, n): globals()[n] for n in __all__ if n not in ("prelu", "glu")})
+
 
 __all__.append("linear_cross_entropy")

@@ -22,9 +22,10 @@ import operator
 import os
 
 import torch
-from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 
-from . import ops as _ops
+from . import opcall as _ops
+from .functional import LOSSES
+from .tracing import autogen_loss
 
 # The arguments a loss checks by value (torch's errors): a traced kernel's check computes an absorbed
 # producer op by op in torch first, which costs more than Inductor's fused producer.
@@ -112,13 +113,12 @@ def _barrier(node):
 
 
 def _literal(value):
-    return _ops._encode_value(value)
+    return _ops.encode_value(value)
 
 
 def absorb(graph):
     """Rewrite every loss's autogen::call of `graph` whose inputs have absorbable producers; the number
     rewritten."""
-    from .functional import LOSSES
     done = 0
     for call in [n for n in graph.nodes if n.op == "call_function" and n.target is _ops.call]:
         name, tensors, options = call.args
@@ -167,7 +167,7 @@ def absorb(graph):
 
 
 def _parse_arg(text):
-    return text if text[0] in "av" else _ops._decode_value(text)
+    return text if text[0] in "av" else _ops.decode_value(text)
 
 
 @functools.lru_cache(maxsize=None)
@@ -178,7 +178,6 @@ def module(name):
 
 @functools.cache
 def _decorated():
-    from .tracing import autogen_loss  # tracing imports ops, which imports this module
     return autogen_loss(Fused)
 
 
@@ -194,7 +193,7 @@ class Fused(torch.nn.Module):
         self._loss, self._args = loss[:loss.index("(")], loss[loss.index("(") + 1:-1].split(",")
         names, kwargs, _ = _ops.decode(options)
         if isinstance(kwargs.get("distance_function"), str):
-            kwargs = dict(kwargs, distance_function=_ops._distance(kwargs["distance_function"]))
+            kwargs = dict(kwargs, distance_function=_ops.distance_of(kwargs["distance_function"]))
         self._names, self._kwargs = names, kwargs
 
     def forward(self, *tensors):
@@ -209,23 +208,30 @@ class Fused(torch.nn.Module):
 ENABLED = True
 
 
-class AbsorbPass(CustomGraphPass):
-    """The pass as Inductor's config holds it (uuid: its part of Inductor's cache key, this file's and
-    ops.py's text and ENABLED)."""
+@functools.cache
+def pass_class():
+    """The pass's class, a CustomGraphPass (made at first use: importing Inductor costs seconds)."""
+    from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 
-    def __call__(self, graph):
-        if ENABLED:
-            absorb(graph)
+    class AbsorbPass(CustomGraphPass):
+        """The pass as Inductor's config holds it (uuid: its part of Inductor's cache key, this file's and
+        the operator files' text and ENABLED)."""
 
-    def uuid(self):
-        here = os.path.dirname(__file__)
-        files = (os.path.join(here, "inductor_pass.py"), os.path.join(here, "ops.py"))
-        return get_hash_for_files(files).hex() + ("" if ENABLED else ":off")
+        def __call__(self, graph):
+            if ENABLED:
+                absorb(graph)
+
+        def uuid(self):
+            here = os.path.dirname(__file__)
+            files = [os.path.join(here, name) for name in ("inductor_pass.py", "ops.py", "opcall.py")]
+            return get_hash_for_files(tuple(files)).hex() + ("" if ENABLED else ":off")
+    return AbsorbPass
 
 
 def register():
     """Add the pass to torch._inductor.config.pre_grad_custom_pass (after a pass already there)."""
     from torch._inductor import config
+    AbsorbPass = pass_class()
     current = config.pre_grad_custom_pass
     if any(isinstance(p, AbsorbPass) for p in (current if isinstance(current, (list, tuple)) else [current])):
         return

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import torch
 from torch.overrides import TorchFunctionMode
 
+from . import graphs
 from .ir import COL, ELEM, ROW, SCALAR, order_of
-from .primitives import PRIMS
 
 _lib = torch.library.Library("autogen", "FRAGMENT")
 _lib.define("inline_loss(Tensor[] tensors, Tensor[] checked, int key, SymInt[] shape, ScalarType dtype) -> Tensor")
@@ -83,15 +83,8 @@ def emit(prob, tensors, shape):
     return OP(list(tensors), [t for _, t, _ in pending], key, out_shape, prob.dtype)
 
 
-def _routes():
-    import torch.nn.functional as TF
-
-    from . import functional as AF
-    names = [n for n in AF.LOSSES + AF.NONLINEARITIES if n not in ("prelu", "glu")]
-    return {getattr(TF, n): getattr(AF, n) for n in names}
-
-
-_ROUTES = None
+# torch.nn.functional's losses and nonlinearities -> autogen.functional's: functional.py fills it
+ROUTES = {}
 
 
 class _Route(TorchFunctionMode):
@@ -99,7 +92,7 @@ class _Route(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        ours = _ROUTES.get(func)
+        ours = ROUTES.get(func)
         if ours is None:
             return func(*args, **kwargs)
         args, kwargs = _arguments(func, args, kwargs)
@@ -139,9 +132,6 @@ def route():
     """Inside the traced function: torch.nn.functional's losses and nonlinearities go to ours. Entered
     there, the mode is the innermost, so it sees the user's own call first (make_fx's modes re-call a
     function with what torch's dispatch passed on, which is not always every argument)."""
-    global _ROUTES
-    if _ROUTES is None:
-        _ROUTES = _routes()
     return _Route()
 
 
@@ -171,53 +161,22 @@ def evaluate(node, values, params, dims, mode):
             return (-1,) if level else ()
         return {ELEM: (R, C), ROW: (R, 1), COL: (1, C), SCALAR: ()}[level]
 
-    out = {}
-    for x in order_of(node):
+    def leaf(x):
         if x.op == "input":
-            val = values[x.attr].reshape(layout(x.level))
-        elif x.op == "const":
-            val = scalar_tensor(x.attr)
-        elif x.op == "param":
-            val = scalar_tensor(params[x.attr])
-        elif x.op == "iota":
-            val = torch.arange(C).view(1, C)
-        else:
-            val = PRIMS[x.op].torch(*[out[a.digest] for a in x.args])
-        out[x.digest] = val
-    return out[node.digest]
+            return values[x.attr].reshape(layout(x.level))
+        if x.op == "iota":
+            return torch.arange(C).view(1, C)
+        return scalar_tensor(x.attr if x.op == "const" else params[x.attr])
+    return graphs.evaluate(order_of(node), leaf)[node.digest]
 
 
-def _targets(v, C, ignore_index):  # cross_entropy / nll_loss: torch's IndexError, before any kernel
-    _functional()._check_targets(v, C, ignore_index)
-
-
-def _functional():
-    """autogen.functional (it imports this module: imported at the first check, not per call)."""
-    global _F
-    if _F is None:
-        from . import functional
-        _F = functional
-    return _F
-
-
-_F = None
-
-
-def _margin_targets(v, C):
-    _functional()._check_margin_targets(v, C)
-
-
+# torch's value checks, by the kind a deferred check names: checks.py and tracing.py register theirs
 def _nonnegative(v):
     if bool((v < 0).any()):
         raise ValueError("var has negative entry/entries")
 
 
-def _unit_interval(v, what):
-    _functional()._check_unit_interval(v, what)
-
-
-CHECKS = {"targets": _targets, "margin_targets": _margin_targets, "nonnegative": _nonnegative,
-          "unit_interval": _unit_interval}
+CHECKS = {"nonnegative": _nonnegative}
 
 
 def run_checks(checks, values, params, dims, mode):

@@ -9,6 +9,9 @@ LEVEL_NAMES = {SCALAR: "scalar", ROW: "row", COL: "col", ELEM: "elem"}
 
 _interned = weakref.WeakValueDictionary()
 
+# name -> primitive record: the table ir owns and primitives.py fills (a primitive knows no interpreter)
+PRIMS = {}
+
 
 class Node:
     """One primitive application (or leaf). Build through `apply`/the helpers, never directly."""
@@ -79,7 +82,6 @@ def _wrap(args):
 
 def apply(op, *args):
     """Build (or find) the node `op(*args)`, with its level and kind from the primitive table."""
-    from .primitives import PRIMS
     prim = PRIMS[op]
     if len(args) != prim.arity:
         raise TypeError(f"primitive {op} takes {prim.arity} arguments, got {len(args)}")

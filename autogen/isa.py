@@ -2,6 +2,7 @@
 and policy medium reads the size thresholds measured on the same instruction set (thresholds.json)."""
 import functools
 import json
+from importlib import resources
 import os
 import platform
 
@@ -66,11 +67,15 @@ def describe():
 THRESHOLDS = "thresholds.json"
 
 
+def load_json(name):
+    """A data file of the package (the measured size thresholds)."""
+    return json.loads(resources.files("autogen").joinpath(name).read_text())
+
+
 def load_thresholds():
     """{isa: {dtype or 'inplace': {name: [elements with a gradient, without] or elements}}} from thresholds.json
     (written by `autogen bench --crossovers --write`); sizes in elements, null for never."""
-    from importlib import resources
-    return json.loads(resources.files("autogen").joinpath(THRESHOLDS).read_text())
+    return load_json(THRESHOLDS)
 
 
 def dump_thresholds(tables):

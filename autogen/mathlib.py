@@ -49,7 +49,7 @@ _JIT_OPTS = dict(fastmath=FASTMATH, error_model='numpy')
 # keeps them out of reassociation (which would break TwoSum and the two-step
 # scaling).  Calls (llvm.fmuladd/rint) do get the flags, which is harmless.
 # ---------------------------------------------------------------------------
-_EXACT = ('nsz',)
+EXACT_FLAGS = ('nsz',)
 # bits -> (int type, mantissa bits, exponent bias)
 _FMT = {32: (ir.IntType(32), 23, 127), 64: (ir.IntType(64), 52, 1023)}
 
@@ -65,7 +65,7 @@ def at(typingctx, address, zero):
     return ptr(address, zero), codegen
 
 
-def _llvm_call(builder, name, fty, args):
+def llvm_call(builder, name, fty, args):
     fnty = ir.FunctionType(fty, [a.type for a in args])
     fn = cgutils.get_or_insert_function(builder.module, fnty,
                                         '%s.%s' % (name, fty.intrinsic_name))
@@ -79,70 +79,70 @@ def _pow2_ir(builder, n, fty, bits):
     the bias and shifting left by mant builds the exponent field (the magic
     constant's own bits are shifted out)."""
     ity, mant, bias = _FMT[bits]
-    t = builder.bitcast(builder.fadd(n, ir.Constant(fty, 1.5 * 2.0 ** mant), flags=_EXACT), ity)
+    t = builder.bitcast(builder.fadd(n, ir.Constant(fty, 1.5 * 2.0 ** mant), flags=EXACT_FLAGS), ity)
     t = builder.shl(builder.add(t, ir.Constant(ity, bias)), ir.Constant(ity, mant))
     return builder.bitcast(t, fty)
 
 
-def _fused(llvm_name):
+def fused_intrinsic(llvm_name):
     """An intrinsic a*b + c of three floats of one type through the LLVM intrinsic `llvm_name`."""
     def typer(typingctx, a, b, c):
         if isinstance(a, types.Float) and a == b == c:
             def codegen(context, builder, sig, args):
-                return _llvm_call(builder, llvm_name, args[0].type, args)
+                return llvm_call(builder, llvm_name, args[0].type, args)
             return a(a, a, a), codegen
     typer.__name__ = llvm_name.replace(".", "_")
     return intrinsic(typer)
 
 
-_fma = _fused('llvm.fmuladd')  # fused on FMA hardware, never reassociated
+fused_mul_add = fused_intrinsic('llvm.fmuladd')  # fused on FMA hardware, never reassociated
 
 
 @intrinsic
-def _horner(typingctx, x, coefs):
+def horner(typingctx, x, coefs):
     """Polynomial in x, coefficients highest degree first, via fmuladd."""
     if isinstance(x, types.Float) and isinstance(coefs, types.UniTuple) \
             and coefs.dtype == x:
         def codegen(context, builder, sig, args):
             acc = builder.extract_value(args[1], 0)
             for i in range(1, coefs.count):
-                acc = _llvm_call(builder, 'llvm.fmuladd', acc.type,
+                acc = llvm_call(builder, 'llvm.fmuladd', acc.type,
                                  [acc, args[0], builder.extract_value(args[1], i)])
             return acc
         return x(x, coefs), codegen
 
 
 @intrinsic
-def _add(typingctx, a, b):
+def strict_add(typingctx, a, b):
     """a + b, never reassociated with neighbouring sums."""
     if isinstance(a, types.Float) and a == b:
         def codegen(context, builder, sig, args):
-            return builder.fadd(args[0], args[1], flags=_EXACT)
+            return builder.fadd(args[0], args[1], flags=EXACT_FLAGS)
         return a(a, a), codegen
 
 
 @intrinsic
-def _cody_waite(typingctx, x, n, hi, lo):
+def cody_waite(typingctx, x, n, hi, lo):
     """(x - n*hi) - n*lo; hi has few enough bits that n*hi and the first
     difference are exact, with or without FMA."""
     if isinstance(x, types.Float) and x == n == hi == lo:
         def codegen(context, builder, sig, args):
             xv, nv, hv, lv = args
-            r = builder.fsub(xv, builder.fmul(nv, hv, flags=_EXACT), flags=_EXACT)
-            return builder.fsub(r, builder.fmul(nv, lv, flags=_EXACT), flags=_EXACT)
+            r = builder.fsub(xv, builder.fmul(nv, hv, flags=EXACT_FLAGS), flags=EXACT_FLAGS)
+            return builder.fsub(r, builder.fmul(nv, lv, flags=EXACT_FLAGS), flags=EXACT_FLAGS)
         return x(x, x, x, x), codegen
 
 
 @intrinsic
-def _rint(typingctx, x):
+def round_even(typingctx, x):
     if isinstance(x, types.Float):
         def codegen(context, builder, sig, args):
-            return _llvm_call(builder, 'llvm.rint', args[0].type, args)
+            return llvm_call(builder, 'llvm.rint', args[0].type, args)
         return x(x), codegen
 
 
 @intrinsic
-def _pow2(typingctx, n):
+def pow2(typingctx, n):
     """2**n, n integer-valued float with 2**n normal."""
     if isinstance(n, types.Float):
         def codegen(context, builder, sig, args):
@@ -163,7 +163,7 @@ _NATIVE_LDEXP = _native_ldexp()
 
 
 @intrinsic
-def _ldexp2(typingctx, y, n):
+def ldexp2(typingctx, y, n):
     """y * 2**n, n integer-valued, rounded once: results may overflow to inf or round correctly into the
     subnormal range. One vscalef where native; elsewhere two exact power-of-two steps (|n| up to
     bias // 2 + bias - 1), bitwise the same."""
@@ -175,7 +175,7 @@ def _ldexp2(typingctx, y, n):
             if _NATIVE_LDEXP:
                 # n as an integer by the magic-number add: defined for every input (fptosi of NaN is poison)
                 magic = ir.Constant(fty, 1.5 * 2.0 ** mant)
-                k = builder.sub(builder.bitcast(builder.fadd(nv, magic, flags=_EXACT), ity),
+                k = builder.sub(builder.bitcast(builder.fadd(nv, magic, flags=EXACT_FLAGS), ity),
                                 builder.bitcast(magic, ity))
                 i32 = ir.IntType(32)
                 k = builder.trunc(k, i32) if ity.width > 32 else k
@@ -187,13 +187,13 @@ def _ldexp2(typingctx, y, n):
             nc = builder.select(builder.fcmp_ordered('<', nc, builder.fneg(lim)),
                                 builder.fneg(lim), nc)
             s1 = _pow2_ir(builder, nc, fty, y.bitwidth)
-            s2 = _pow2_ir(builder, builder.fsub(nv, nc, flags=_EXACT), fty, y.bitwidth)
-            return builder.fmul(builder.fmul(yv, s1, flags=_EXACT), s2, flags=_EXACT)
+            s2 = _pow2_ir(builder, builder.fsub(nv, nc, flags=EXACT_FLAGS), fty, y.bitwidth)
+            return builder.fmul(builder.fmul(yv, s1, flags=EXACT_FLAGS), s2, flags=EXACT_FLAGS)
         return y(y, n), codegen
 
 
 @intrinsic
-def _logsplit(typingctx, x):
+def logsplit(typingctx, x):
     """x = 2**k * m with m in [sqrt(1/2), sqrt(2)); returns (k, m) as floats.
     Valid for positive normal x (callers select the special cases)."""
     if isinstance(x, types.Float):
@@ -212,21 +212,21 @@ def _logsplit(typingctx, x):
             magic = 1.5 * 2.0 ** mant
             mbits = np.array(magic, dtype='f%d' % (x.bitwidth // 8)).view('i%d' % (x.bitwidth // 8))
             kf = builder.bitcast(builder.add(k, ir.Constant(ity, int(mbits))), fty)
-            kf = builder.fsub(kf, ir.Constant(fty, magic), flags=_EXACT)
+            kf = builder.fsub(kf, ir.Constant(fty, magic), flags=EXACT_FLAGS)
             return context.make_tuple(builder, ret, [kf, m])
         return ret(x), codegen
 
 
 @intrinsic
-def _two_sum(typingctx, a, b):
+def two_sum_exact(typingctx, a, b):
     """(s, e) with s = fl(a+b) and a + b == s + e exactly (Knuth TwoSum)."""
     if isinstance(a, types.Float) and a == b:
         ret = types.UniTuple(a, 2)
 
         def codegen(context, builder, sig, args):
             av, bv = args
-            add = lambda p, q: builder.fadd(p, q, flags=_EXACT)
-            sub = lambda p, q: builder.fsub(p, q, flags=_EXACT)
+            add = lambda p, q: builder.fadd(p, q, flags=EXACT_FLAGS)
+            sub = lambda p, q: builder.fsub(p, q, flags=EXACT_FLAGS)
             s = add(av, bv)
             bb = sub(s, av)
             e = add(sub(av, sub(s, bb)), sub(bv, bb))
@@ -238,7 +238,7 @@ def _two_sum(typingctx, a, b):
 # Per-dtype constants.  Polynomials are minimax fits (Lawson IRLS in mpmath,
 # relative error unless noted); coefficient tuples are highest degree first.
 # ---------------------------------------------------------------------------
-_CONST = {
+CONST = {
     32: dict(
         # exp: x = n*ln2 + r, |r| <= ln2/2 (Cody-Waite, LN2_HI has 9 bits so
         # n*LN2_HI is exact); expm1(r) = r + r^2 * P(r), P degree 5.
@@ -311,7 +311,7 @@ def _build(bits):
     a closure variable of the target dtype, so float32 code never promotes."""
     dt = np.float32 if bits == 32 else np.float64
     K = {k: (tuple(dt(c) for c in v) if isinstance(v, tuple) else dt(v))
-         for k, v in _CONST[bits].items()}
+         for k, v in CONST[bits].items()}
     ZERO, HALF, ONE, TWO = dt(0), dt(0.5), dt(1), dt(2)
     INF, NINF, NAN = dt(np.inf), dt(-np.inf), dt(np.nan)
     LOG2E, LN2_HI, LN2_LO = dt(1 / math.log(2)), K['LN2_HI'], K['LN2_LO']
@@ -327,22 +327,22 @@ def _build(bits):
     @jit
     def reduce_exp(x):
         """(n, expm1(r)) with x = n*ln2 + r."""
-        n = _rint(x * LOG2E)
-        r = _cody_waite(x, n, LN2_HI, LN2_LO)
-        return n, _fma(r * r, _horner(r, EXP_P), r)
+        n = round_even(x * LOG2E)
+        r = cody_waite(x, n, LN2_HI, LN2_LO)
+        return n, fused_mul_add(r * r, horner(r, EXP_P), r)
 
     @jit
     def exp_small(x):
         """exp(x) for |x| small enough that 2**n is normal (no clamping)."""
         n, p = reduce_exp(x)
-        return (ONE + p) * _pow2(n)
+        return (ONE + p) * pow2(n)
 
     @jit
     def exp(x):
         x = EXP_HI if x > EXP_HI else x        # NaN passes through the clamps
         x = EXP_LO if x < EXP_LO else x
         n, p = reduce_exp(x)
-        return _ldexp2(ONE + p, n)
+        return ldexp2(ONE + p, n)
 
     @jit
     def expm1(x):
@@ -354,14 +354,14 @@ def _build(bits):
         # is < 1/2 ulp of the result beyond.  Huge n scales in a second step
         # so t stays finite.
         nc = EXPM1_NC if n > EXPM1_NC else n
-        t = _pow2(nc)
-        return _fma(t, p, t - ONE) * _pow2(n - nc)
+        t = pow2(nc)
+        return fused_mul_add(t, p, t - ONE) * pow2(n - nc)
 
     @jit
     def log_core(x, corr):
         """log(x) + corr, corr being a tiny correction (log1p's rounding)."""
         sub = x < TINY                          # subnormal: scale up first
-        k, m = _logsplit(x * SUB_SCALE if sub else x)
+        k, m = logsplit(x * SUB_SCALE if sub else x)
         k = k - SUB_K if sub else k
         return log_tail(x, k, m - ONE, corr)
 
@@ -374,8 +374,8 @@ def _build(bits):
         z = s * s
         hfsq = HALF * f * f
         # musl order: small terms first, then f (exact), then k*ln2_hi
-        tail = _add(s * (hfsq + z * _horner(z, LG)) + _fma(k, LOG_LO, corr), -hfsq)
-        r = _fma(k, LOG_HI, _add(tail, f))
+        tail = strict_add(s * (hfsq + z * horner(z, LG)) + fused_mul_add(k, LOG_LO, corr), -hfsq)
+        r = fused_mul_add(k, LOG_HI, strict_add(tail, f))
         r = x if x == INF else r
         r = NINF if x == ZERO else r
         return r if x >= ZERO else NAN          # negative or NaN
@@ -386,7 +386,7 @@ def _build(bits):
 
     @jit
     def log1p(x):
-        u, e = _two_sum(ONE, x)                 # 1 + x == u + e exactly
+        u, e = two_sum_exact(ONE, x)                 # 1 + x == u + e exactly
         return log_core(u, e / u)
 
     @jit
@@ -408,7 +408,7 @@ def _build(bits):
         big = ONE - TWO / (exp_small(a + a) + ONE)
         big = big if x >= ZERO else -big
         x2 = x * x
-        small = _fma(x * x2, _horner(x2, TANH_P), x)
+        small = fused_mul_add(x * x2, horner(x2, TANH_P), x)
         return small if a < TANH_SMALL else big
 
     @jit
@@ -425,17 +425,17 @@ def _build(bits):
     def erf(x):
         a = abs(x)
         a = ERF_SAT if a > ERF_SAT else a
-        big = ONE - exp_small(-(a * a)) * _horner(a - ERFC_C, ERFC_Q)
+        big = ONE - exp_small(-(a * a)) * horner(a - ERFC_C, ERFC_Q)
         big = big if x >= ZERO else -big
-        small = _fma(x, _horner(x * x, ERF_P), x)
+        small = fused_mul_add(x, horner(x * x, ERF_P), x)
         return small if a < ONE else big
 
-    # the underscored helpers are the building blocks autogen.specfun composes its functions from
+    # reduce_exp and log_tail: building blocks autogen.specfun composes its functions from
     return dict(exp=exp, expm1=expm1, log=log, log1p=log1p, log1pexp=log1pexp, tanh=tanh,
                 sigmoid=sigmoid, erf=erf, _reduce_exp=reduce_exp, _log_tail=log_tail)
 
 
-_IMPLS = {32: _build(32), 64: _build(64)}
+IMPLS = {32: _build(32), 64: _build(64)}
 
 
 def _public(name):
@@ -443,17 +443,17 @@ def _public(name):
         # Python-level fallback (scalars only); inside numba the overload
         # below is used instead.
         bits = 32 if isinstance(x, np.float32) else 64
-        return _IMPLS[bits][name](x if bits == 32 else float(x))
+        return IMPLS[bits][name](x if bits == 32 else float(x))
     stub.__name__ = stub.__qualname__ = name
     stub.__doc__ = '%s(x) for float32/float64 scalars inside numba kernels.' % name
 
     @overload(stub, jit_options=_JIT_OPTS)
     def _ov(x):
-        if isinstance(x, types.Float) and x.bitwidth in _IMPLS:
-            impl = _IMPLS[x.bitwidth][name]
+        if isinstance(x, types.Float) and x.bitwidth in IMPLS:
+            impl = IMPLS[x.bitwidth][name]
             return lambda x: impl(x)
         if isinstance(x, types.Integer):
-            impl = _IMPLS[64][name]
+            impl = IMPLS[64][name]
             return lambda x: impl(np.float64(x))
     return stub
 
@@ -475,7 +475,7 @@ def maxnum(typingctx, a, b):
     propagate NaN track it beside (see the max reductions of the primitive table)."""
     if isinstance(a, types.Float) and a == b:
         def codegen(context, builder, sig, args):
-            return _llvm_call(builder, 'llvm.maxnum', args[0].type, list(args))
+            return llvm_call(builder, 'llvm.maxnum', args[0].type, list(args))
         return a(a, a), codegen
 
 
@@ -597,10 +597,3 @@ def _has_f16c():
 
 if not _has_f16c():
     widen_f16, narrow_f16 = _widen_f16_soft, _narrow_f16_soft
-
-
-# the trigonometric, hyperbolic, error and gamma functions of autogen.specfun, under the same names
-from .specfun import __all__ as _SPECFUN  # noqa: E402
-from .specfun import *  # noqa: E402,F401,F403
-
-__all__ += _SPECFUN

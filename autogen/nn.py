@@ -1,6 +1,7 @@
 """torch.nn loss modules with a `use_autogen` constructor argument."""
 from torch import nn
 
+from . import activations as _act
 from . import functional as F
 from .linear_loss import LinearCrossEntropyLoss  # noqa: F401 - the fused output layer loss
 
@@ -81,18 +82,18 @@ _ATTRS = {"relu": ["inplace"], "relu6": ["inplace"], "leaky_relu": ["negative_sl
           "hardtanh": ["min_val", "max_val", "inplace"], "hardsigmoid": ["inplace"], "hardswish": ["inplace"],
           "hardshrink": ["lambd"], "softshrink": ["lambd"], "threshold": ["threshold", "value", "inplace"],
           "prelu": ["weight"], "glu": ["dim"]}
-_BY_NAME = {}
-for _name, _rec in F._act.NONLINEARITIES.items():
+BY_NAME = {}
+for _name, _rec in _act.NONLINEARITIES.items():
     _cls = _activation(getattr(nn, _rec.module), getattr(F, _name), _ATTRS.get(_name, []))
-    globals()[_rec.module] = _BY_NAME[_name] = _cls
+    globals()[_rec.module] = BY_NAME[_name] = _cls
 
-NONLINEARITIES = [rec.module for rec in F._act.NONLINEARITIES.values()]
+NONLINEARITIES = [rec.module for rec in _act.NONLINEARITIES.values()]
 __all__ = LOSSES + NONLINEARITIES + ["get_nonlinearity", "LinearCrossEntropyLoss"]
 
 
 def get_nonlinearity(name, **kwargs):
     """The module for a config name (torch.nn.functional's: 'leaky_relu', 'gelu', ...)."""
-    cls = _BY_NAME.get(name)
+    cls = BY_NAME.get(name)
     if cls is None:
-        raise ValueError(f"unknown nonlinearity {name!r}; known: {', '.join(sorted(_BY_NAME))}")
+        raise ValueError(f"unknown nonlinearity {name!r}; known: {', '.join(sorted(BY_NAME))}")
     return cls(**kwargs)

@@ -26,7 +26,7 @@ def normalize(name):
     return key
 
 
-def _from_env(var, parse):
+def from_env(var, parse):
     raw = os.environ.get(var)
     if raw is None or raw == "":
         return None
@@ -44,7 +44,7 @@ LAYERS = ("code", "config", "env")
 
 class _PolicyLayers(dict):
     """The policy's layers; every change re-reads whether the process runs calm (see `calm`).
-    Change the dict itself, never rebind policies._policy_layers."""
+    Change the dict itself, never rebind policies.policy_layers."""
 
     def __setitem__(self, key, value):
         with _changing():
@@ -81,7 +81,7 @@ class _PolicyLayers(dict):
 
 # calm[0]: no thread is inside a policy(), record() or @autogen_loss trace block, and the process-wide
 # policy is not 'aggressive'. The small-input fronts of the torch losses read this one flag instead of
-# the thread's trace, record and policy state (three reads and a call, ~0.3 us of a 1K loss's ~2 us);
+# the thread's trace, record and policy state;
 # when it is False they read those. It goes False before any such state changes and is recomputed
 # after, under one lock: a reader errs only towards False.
 calm = [True]
@@ -90,7 +90,7 @@ _lock = threading.RLock()
 
 
 def _process_policy():
-    layers = _policy_layers  # LAYERS' order, spelled out: this runs on every loss call
+    layers = policy_layers  # LAYERS' order, spelled out: this runs on every loss call
     return layers.get("code") or layers.get("config") or layers.get("env") or "medium"
 
 
@@ -119,14 +119,14 @@ def _block():
         with _lock:
             calm[0] = False
             _open[0] += 1
-            _local.blocks += 1
+            thread_state.blocks += 1
             opened = True
         yield
     finally:
         if opened:
             with _lock:
                 _open[0] -= 1
-                _local.blocks -= 1
+                thread_state.blocks -= 1
                 _refresh()
 
 
@@ -135,11 +135,11 @@ def _after_fork_in_child():
     thread may have held the old one)."""
     global _lock
     _lock = threading.RLock()
-    _open[0] = _local.blocks
+    _open[0] = thread_state.blocks
     _refresh()
 
 
-_policy_layers = _PolicyLayers(code=None, config=None, env=_from_env("AUTOGEN_POLICY", normalize))
+policy_layers = _PolicyLayers(code=None, config=None, env=from_env("AUTOGEN_POLICY", normalize))
 _refresh()
 
 
@@ -152,7 +152,7 @@ class _State(threading.local):
     blocks = 0        # policy/record/trace blocks open (see _block)
 
 
-_local = _State()
+thread_state = _State()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
@@ -160,11 +160,11 @@ if hasattr(os, "register_at_fork"):
 def set_policy(name):
     """Set the process-wide policy: 'disabled', 'default'/'medium' or 'aggressive'
     (None forgets the one set in code, so the params file or the environment decides again)."""
-    _policy_layers["code"] = None if name is None else normalize(name)
+    policy_layers["code"] = None if name is None else normalize(name)
 
 
 def get_policy():
-    stack = _local.stack
+    stack = thread_state.stack
     if stack:
         return stack[-1]
     return _process_policy()
@@ -172,14 +172,14 @@ def get_policy():
 
 def policy_source():
     """Which layer the current process-wide policy comes from: code, config, env or default."""
-    return next((k for k in LAYERS if _policy_layers.get(k) is not None), "default")
+    return next((k for k in LAYERS if policy_layers.get(k) is not None), "default")
 
 
 @contextlib.contextmanager
 def policy(name):
     """Override the policy in this thread for the duration of the block."""
     key = normalize(name)
-    stack = _local.__dict__.setdefault("stack", [])
+    stack = thread_state.__dict__.setdefault("stack", [])
     with _block():
         stack.append(key)
         try:
@@ -190,18 +190,18 @@ def policy(name):
 
 def tracing():
     """Whether this thread is tracing an @autogen_loss module (our losses then call torch's)."""
-    return _local.tracing
+    return thread_state.tracing
 
 
 @contextlib.contextmanager
 def tracing_scope():
     saved = tracing()
     with _block():
-        _local.tracing = True
+        thread_state.tracing = True
         try:
             yield
         finally:
-            _local.tracing = saved
+            thread_state.tracing = saved
 
 
 def parse_bool(value):
@@ -215,17 +215,17 @@ def parse_bool(value):
     raise ValueError(f"expected a boolean (true/false, 1/0, yes/no, on/off), got {value!r}")
 
 
-_strict_layers = {"code": None, "config": None, "env": _from_env("AUTOGEN_STRICT", parse_bool)}
+strict_layers = {"code": None, "config": None, "env": from_env("AUTOGEN_STRICT", parse_bool)}
 
 
 def set_strict(flag=True):
     """Strict mode: an op a custom loss uses that the IR cannot express raises UnsupportedOpError
     instead of warning once and running the module eagerly (None: forget the code setting)."""
-    _strict_layers["code"] = None if flag is None else bool(flag)
+    strict_layers["code"] = None if flag is None else bool(flag)
 
 
 def get_strict():
-    return next((_strict_layers[k] for k in LAYERS if _strict_layers[k] is not None), False)
+    return next((strict_layers[k] for k in LAYERS if strict_layers[k] is not None), False)
 
 
 def choose(has_handwritten):
@@ -254,7 +254,7 @@ class Recording:
 def record():
     """Collect every kernel run in this thread inside the block (backward passes included)."""
     rec = Recording()
-    stack = _local.__dict__.setdefault("recorders", [])
+    stack = thread_state.__dict__.setdefault("recorders", [])
     with _block():
         stack.append(rec)
         try:
@@ -266,25 +266,25 @@ def record():
 @contextlib.contextmanager
 def unrecorded():
     """The record() blocks open in this thread do not see what runs inside (the engine's own probe runs)."""
-    had = "recorders" in _local.__dict__
-    saved = _local.__dict__.get("recorders")
-    _local.recorders = []
+    had = "recorders" in thread_state.__dict__
+    saved = thread_state.__dict__.get("recorders")
+    thread_state.recorders = []
     try:
         yield
     finally:
         if had:
-            _local.recorders = saved
+            thread_state.recorders = saved
         else:
-            del _local.recorders
+            del thread_state.recorders
 
 
 def recording():
     """Whether a record() block is open in this thread."""
-    return bool(_local.recorders)
+    return bool(thread_state.recorders)
 
 
 def note(op, path, fused, phase, reason=""):
-    recorders = _local.recorders
+    recorders = thread_state.recorders
     if recorders:
         call = Call(op, path, fused, phase, reason)
         for rec in recorders:

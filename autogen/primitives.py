@@ -9,7 +9,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .ir import COL, ROW, SCALAR, apply as A, iota
+from .ir import COL, PRIMS, ROW, SCALAR, apply as A, iota
 
 
 @dataclass(frozen=True)
@@ -63,9 +63,6 @@ class Prim:
         else:
             kind = self.kind
         return level, kind
-
-
-PRIMS = {}
 
 
 def _prim(name, arity, group, numba, ref, grad, **kw):
@@ -179,40 +176,40 @@ _prim("sigmoid", 1, "elementwise", "__m.sigmoid({0})", torch.sigmoid, lambda g, 
 _prim("erf", 1, "elementwise", "__m.erf({0})", torch.erf,
       lambda g, o, a: (g * 1.1283791670955126 * A("exp", -(a * a)),), kind="f", cost=20)  # 2/sqrt(pi) e^(-a^2)
 # -- more pointwise math from autogen.specfun; derivatives as torch's (tools/autograd/derivatives.yaml)
-_prim("cosh", 1, "elementwise", "__m.cosh({0})", torch.cosh, lambda g, o, a: (g * A("sinh", a),), kind="f", cost=20)
-_prim("sinh", 1, "elementwise", "__m.sinh({0})", torch.sinh, lambda g, o, a: (g * A("cosh", a),), kind="f", cost=20)
-_prim("tan", 1, "elementwise", "__m.tan({0})", torch.tan, lambda g, o, a: (g * (1.0 + o * o),), kind="f", cost=60,
+_prim("cosh", 1, "elementwise", "__s.cosh({0})", torch.cosh, lambda g, o, a: (g * A("sinh", a),), kind="f", cost=20)
+_prim("sinh", 1, "elementwise", "__s.sinh({0})", torch.sinh, lambda g, o, a: (g * A("cosh", a),), kind="f", cost=20)
+_prim("tan", 1, "elementwise", "__s.tan({0})", torch.tan, lambda g, o, a: (g * (1.0 + o * o),), kind="f", cost=60,
       domain=(-1.2, 1.2))
-_prim("asin", 1, "elementwise", "__m.asin({0})", torch.asin, lambda g, o, a: (g / A("sqrt", 1.0 - a * a),), kind="f",
+_prim("asin", 1, "elementwise", "__s.asin({0})", torch.asin, lambda g, o, a: (g / A("sqrt", 1.0 - a * a),), kind="f",
       cost=20, domain=(-0.9, 0.9))
-_prim("acos", 1, "elementwise", "__m.acos({0})", torch.acos, lambda g, o, a: (-g / A("sqrt", 1.0 - a * a),), kind="f",
+_prim("acos", 1, "elementwise", "__s.acos({0})", torch.acos, lambda g, o, a: (-g / A("sqrt", 1.0 - a * a),), kind="f",
       cost=20, domain=(-0.9, 0.9))
-_prim("atan", 1, "elementwise", "__m.atan({0})", torch.atan, lambda g, o, a: (g / (a * a + 1.0),), kind="f", cost=20)
-_prim("atan2", 2, "elementwise", "__m.atan2({0}, {1})", torch.atan2, _atan2grad, kind="f", cost=30)
-_prim("asinh", 1, "elementwise", "__m.asinh({0})", torch.asinh, lambda g, o, a: (g / A("sqrt", a * a + 1.0),),
+_prim("atan", 1, "elementwise", "__s.atan({0})", torch.atan, lambda g, o, a: (g / (a * a + 1.0),), kind="f", cost=20)
+_prim("atan2", 2, "elementwise", "__s.atan2({0}, {1})", torch.atan2, _atan2grad, kind="f", cost=30)
+_prim("asinh", 1, "elementwise", "__s.asinh({0})", torch.asinh, lambda g, o, a: (g / A("sqrt", a * a + 1.0),),
       kind="f", cost=30)
-_prim("acosh", 1, "elementwise", "__m.acosh({0})", torch.acosh, lambda g, o, a: (g / A("sqrt", a * a - 1.0),),
+_prim("acosh", 1, "elementwise", "__s.acosh({0})", torch.acosh, lambda g, o, a: (g / A("sqrt", a * a - 1.0),),
       kind="f", cost=30, domain=(1.1, 4.0))
-_prim("atanh", 1, "elementwise", "__m.atanh({0})", torch.atanh, lambda g, o, a: (g / (1.0 - a * a),), kind="f",
+_prim("atanh", 1, "elementwise", "__s.atanh({0})", torch.atanh, lambda g, o, a: (g / (1.0 - a * a),), kind="f",
       cost=30, domain=(-0.9, 0.9))
-_prim("erfc", 1, "elementwise", "__m.erfc({0})", torch.erfc,
+_prim("erfc", 1, "elementwise", "__s.erfc({0})", torch.erfc,
       lambda g, o, a: (g * -1.1283791670955126 * A("exp", -(a * a)),), kind="f", cost=40)
-_prim("erfinv", 1, "elementwise", "__m.erfinv({0})", torch.erfinv,
+_prim("erfinv", 1, "elementwise", "__s.erfinv({0})", torch.erfinv,
       lambda g, o, a: (g * 0.886226925452758 * A("exp", o * o),), kind="f", cost=100, domain=(-0.9, 0.9))
-_prim("exp2", 1, "elementwise", "__m.exp2({0})", torch.exp2, lambda g, o, a: (g * o * 0.6931471805599453,), kind="f",
+_prim("exp2", 1, "elementwise", "__s.exp2({0})", torch.exp2, lambda g, o, a: (g * o * 0.6931471805599453,), kind="f",
       cost=20)
-_prim("log2", 1, "elementwise", "__m.log2({0})", torch.log2, lambda g, o, a: (g / (a * 0.6931471805599453),),
+_prim("log2", 1, "elementwise", "__s.log2({0})", torch.log2, lambda g, o, a: (g / (a * 0.6931471805599453),),
       kind="f", cost=20, domain=(0.05, 5.0))
-_prim("log10", 1, "elementwise", "__m.log10({0})", torch.log10, lambda g, o, a: (g / (a * 2.302585092994046),),
+_prim("log10", 1, "elementwise", "__s.log10({0})", torch.log10, lambda g, o, a: (g / (a * 2.302585092994046),),
       kind="f", cost=20, domain=(0.05, 5.0))
 _prim("logit", 1, "elementwise", "__m.log({0} / (__one - {0}))", torch.logit,  # torch's formula
       lambda g, o, a: (A("where", A("logical_or", A("lt", a, 0.0), A("gt", a, 1.0)), float("nan"),
                          g / (a * (1.0 - a))),), kind="f", cost=20, domain=(0.05, 0.95))  # NaN outside [0, 1]
-_prim("lgamma", 1, "elementwise", "__m.lgamma({0})", torch.lgamma, lambda g, o, a: (g * A("digamma", a),), kind="f",
+_prim("lgamma", 1, "elementwise", "__s.lgamma({0})", torch.lgamma, lambda g, o, a: (g * A("digamma", a),), kind="f",
       cost=60, domain=(0.2, 5.0))
-_prim("digamma", 1, "elementwise", "__m.digamma({0})", torch.digamma, lambda g, o, a: (g * A("trigamma", a),),
+_prim("digamma", 1, "elementwise", "__s.digamma({0})", torch.digamma, lambda g, o, a: (g * A("trigamma", a),),
       kind="f", cost=60, domain=(0.2, 5.0))
-_prim("trigamma", 1, "elementwise", "__m.trigamma({0})", lambda a: torch.polygamma(1, a), _no_second_derivative,
+_prim("trigamma", 1, "elementwise", "__s.trigamma({0})", lambda a: torch.polygamma(1, a), _no_second_derivative,
       kind="f", cost=40, domain=(0.2, 5.0))
 _prim("xlogy", 2, "elementwise", "(__nan if {1} != {1} else (__zero if {0} == 0 else {0} * __m.log({1})))",
       torch.xlogy, lambda g, o, a, b: (_xlog_self_grad("xlogy", g, a, b, 0.0), g * a / b),
@@ -221,9 +218,9 @@ _prim("xlog1py", 2, "elementwise", "(__nan if {1} != {1} else (__zero if {0} == 
       torch.special.xlog1py,
       lambda g, o, a, b: (_xlog_self_grad("xlog1py", g, a, b, -1.0), g * a / (b + 1.0)),
       kind="f", cost=20, domain=(0.1, 3.0))
-_prim("hypot", 2, "elementwise", "__m.hypot({0}, {1})", torch.hypot, lambda g, o, a, b: (g * a / o, g * b / o),
+_prim("hypot", 2, "elementwise", "__s.hypot({0}, {1})", torch.hypot, lambda g, o, a, b: (g * a / o, g * b / o),
       kind="f", cost=20)
-_prim("logaddexp", 2, "elementwise", "__m.logaddexp({0}, {1})", torch.logaddexp,  # g / (1 + exp(b - a)), ...
+_prim("logaddexp", 2, "elementwise", "__s.logaddexp({0}, {1})", torch.logaddexp,  # g / (1 + exp(b - a)), ...
       lambda g, o, a, b: (g * A("sigmoid", a - b), g * A("sigmoid", b - a)), kind="f", cost=30)
 _prim("copysign", 2, "elementwise", "__np.copysign({0}, {1})", torch.copysign,
       lambda g, o, a, b: (g * A("where", A("eq", a, 0.0), 0.0, o / a), None), kind="f")
@@ -234,9 +231,9 @@ _prim("trunc", 1, "elementwise", "__np.trunc({0})", torch.trunc, _nograd)
 _prim("round", 1, "elementwise", "__np.rint({0})", torch.round, _nograd)  # half to even, as torch
 _prim("fmod", 2, "elementwise", "__np.fmod({0}, {1})", torch.fmod,
       lambda g, o, a, b: (g, -g * A("trunc", a / b)), kind="f", cost=10, domain=(0.5, 3.0))
-_prim("remainder", 2, "elementwise", "__m.remainder({0}, {1})", torch.remainder,
+_prim("remainder", 2, "elementwise", "__s.remainder({0}, {1})", torch.remainder,
       lambda g, o, a, b: (g, -g * A("floordiv", a, b)), kind="f", cost=10, domain=(0.5, 3.0))
-_prim("floordiv", 2, "elementwise", "__m.floordiv({0}, {1})", lambda a, b: torch.div(a, b, rounding_mode="floor"),
+_prim("floordiv", 2, "elementwise", "__s.floordiv({0}, {1})", lambda a, b: torch.div(a, b, rounding_mode="floor"),
       _nograd, kind="f", cost=10, domain=(0.5, 3.0))
 # -- tests of values and logic on masks
 _prim("isnan", 1, "elementwise", "({0} != {0})", torch.isnan, _nograd, kind="b")

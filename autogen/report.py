@@ -16,7 +16,7 @@ from importlib import resources
 
 import jinja2
 
-from . import isa
+from . import functional as AF, isa
 
 TARGETS = {"loss": "fused", "nonlinearity": "autogen"}  # the variant each kind's speedups are of
 KIND_LABELS = {"loss": "losses", "nonlinearity": "nonlinearities"}
@@ -220,7 +220,6 @@ def state_label(run):
 
 def thresholds():
     """The size thresholds as the code has them now."""
-    from . import functional as AF
     return [{"name": n, "grad": AF.SMALL_ELEMENTS[n], "no_grad": AF.SMALL_ELEMENTS_NO_GRAD[n]}
             for n in AF.LOSSES]
 

@@ -14,6 +14,7 @@ import time
 import torch
 
 from . import nn as agnn
+from .linear_loss import LinearCrossEntropyLoss
 from .config import load_config
 from .policies import get_policy, policy_source, record
 
@@ -238,7 +239,6 @@ class _FusedHead:
     """model.fused_output: linear_cross_entropy(hidden, head.weight, target, head.bias, **loss_options), the
     head's matmul and the cross-entropy in row chunks (autogen.linear_loss)."""
     def __init__(self, loss_name, options, head, cfg):
-        from .linear_loss import LinearCrossEntropyLoss
         if loss_name not in ("CrossEntropyLoss", "cross_entropy"):
             raise ValueError(f"model.fused_output: needs model.loss CrossEntropyLoss, got {loss_name!r}")
         try:

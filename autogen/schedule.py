@@ -144,9 +144,9 @@ def _inline(n):
     return n.op in ("param", "const") or (n.op == "input" and n.level == SCALAR) or group(n) == "identity"
 
 
-def build(spec):
-    """The passes of `spec`'s kernel: a pass per stage of its per-element work."""
-    order, late = spec.order, spec.late
+def _sinks(spec, order, late):
+    """(stage per digest, pass -> the nodes it must produce, the late whole-tensor sums, the column sums, the
+    pass of each late sum)."""
     stage = stages(order, late)
     sinks = {}  # pass -> nodes it must produce
     for j, (n, level) in enumerate(spec.outputs):
@@ -169,6 +169,32 @@ def build(spec):
     if any(at[s.digest] != stage[s.args[0].digest] for s in free):
         stage = stages(order, late, at)
     at.update({s.digest: stage[s.args[0].digest] for s in late_sums if s not in free})
+    return stage, sinks, late_sums, col_sums, at
+
+
+def _stash(p, order, need, taken, outs, done_elem, collect, cost):
+    """Per-element values an earlier pass computed, read back here from an output buffer instead of
+    recomputed, costliest saving first, while outputs `outs` are free and a saving reaches STASH_COST."""
+    while outs:
+        total = cost(need)
+        best = None
+        for n in order:
+            if n.digest in need and n.digest in done_elem and n.digest not in taken and n.kind == "f":
+                saved = total - cost(collect(p, {**taken, n.digest: None})[0]) + cost({n.digest})
+                if saved >= STASH_COST and (best is None or saved > best[0]):
+                    best = (saved, n)
+        if best is None:
+            break
+        n, j = best[1], outs.pop(0)
+        taken[n.digest] = (done_elem[n.digest], j)
+        need = collect(p, taken)[0]
+    return collect(p, taken)
+
+
+def build(spec):
+    """The passes of `spec`'s kernel: a pass per stage of its per-element work."""
+    order, late = spec.order, spec.late
+    stage, sinks, late_sums, col_sums, at = _sinks(spec, order, late)
     count = max(sinks, default=0) + 1
     passes = [Pass(k) for k in range(count)]
     p_writes = {}  # pass -> the per-element float outputs it writes
@@ -218,19 +244,7 @@ def build(spec):
         last = max((deep[n.digest] for n in sinks.get(p.index, [])), default=0)
         outs = [j for j in p_writes.get(p.index, []) if j not in (spec.storage or {})
                 and deep[spec.outputs[j][0].digest] == last]
-        while outs:
-            cost = _cost(need)
-            best = None
-            for n in order:
-                if n.digest in need and n.digest in done_elem and n.digest not in taken and n.kind == "f":
-                    saved = cost - _cost(collect(p, {**taken, n.digest: None})[0]) + _cost({n.digest})
-                    if saved >= STASH_COST and (best is None or saved > best[0]):
-                        best = (saved, n)
-            if best is None:
-                break
-            n, j = best[1], outs.pop(0)
-            taken[n.digest] = (done_elem[n.digest], j)
-            need, loads = collect(p, taken)
+        need, loads = _stash(p, order, need, taken, outs, done_elem, collect, _cost)
         for d, (home, j) in taken.items():
             n = node_of[d]
             passes[home].keeps.append((n, j))

@@ -16,8 +16,8 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic, overload
 
-from .mathlib import (_CONST, _EXACT, _IMPLS, KERNEL_FASTMATH, _add, _fma, _fused, _horner, _ldexp2, _llvm_call,
-                      _cody_waite, _logsplit, _pow2, _rint, _two_sum)
+from .mathlib import (CONST, EXACT_FLAGS, IMPLS, KERNEL_FASTMATH, cody_waite, fused_intrinsic, fused_mul_add, horner, ldexp2,
+                      llvm_call, logsplit, pow2, round_even, strict_add, two_sum_exact)
 
 __all__ = ['cosh', 'sinh', 'tan', 'asin', 'acos', 'atan', 'atan2', 'asinh', 'acosh', 'atanh', 'erfc', 'erfinv',
            'exp2', 'log2', 'log10', 'lgamma', 'digamma', 'trigamma', 'hypot', 'logaddexp', 'remainder',
@@ -30,7 +30,7 @@ _JIT_OPTS = dict(fastmath=KERNEL_FASTMATH, error_model='numpy')
 _INLINE = dict(_JIT_OPTS, forceinline=True)
 
 
-_fma_exact = _fused('llvm.fma')  # rounded once (always fused), for error-free products
+_fma_exact = fused_intrinsic('llvm.fma')  # rounded once (always fused), for error-free products
 
 
 @intrinsic
@@ -39,14 +39,14 @@ def _clenshaw(typingctx, u, coefs):
     if isinstance(u, types.Float) and isinstance(coefs, types.UniTuple) and coefs.dtype == u:
         def codegen(context, builder, sig, args):
             uv = args[0]
-            two_u = builder.fadd(uv, uv, flags=_EXACT)
+            two_u = builder.fadd(uv, uv, flags=EXACT_FLAGS)
             b1 = b2 = ir.Constant(uv.type, 0.0)
             for i in range(coefs.count - 1):
                 c = builder.extract_value(args[1], i)
-                b1, b2 = _llvm_call(builder, 'llvm.fmuladd', uv.type,
-                                    [two_u, b1, builder.fsub(c, b2, flags=_EXACT)]), b1
+                b1, b2 = llvm_call(builder, 'llvm.fmuladd', uv.type,
+                                    [two_u, b1, builder.fsub(c, b2, flags=EXACT_FLAGS)]), b1
             c0 = builder.extract_value(args[1], coefs.count - 1)
-            return _llvm_call(builder, 'llvm.fmuladd', uv.type, [uv, b1, builder.fsub(c0, b2, flags=_EXACT)])
+            return llvm_call(builder, 'llvm.fmuladd', uv.type, [uv, b1, builder.fsub(c0, b2, flags=EXACT_FLAGS)])
         return u(u, coefs), codegen
 
 
@@ -132,8 +132,8 @@ _TWO_OVER_PI = np.array(_two_over_pi_chunks(52))
 def _build_native(bits):
     """The functions with code of their own for each float width."""
     dt = np.float32 if bits == 32 else np.float64
-    K = {k: (tuple(dt(c) for c in v) if isinstance(v, tuple) else dt(v)) for k, v in _CONST[bits].items()}
-    impl = _IMPLS[bits]
+    K = {k: (tuple(dt(c) for c in v) if isinstance(v, tuple) else dt(v)) for k, v in CONST[bits].items()}
+    impl = IMPLS[bits]
     reduce_exp, expm1 = impl['_reduce_exp'], impl['expm1']
     ZERO, QUARTER, HALF, ONE, TWO = dt(0), dt(0.25), dt(0.5), dt(1), dt(2)
     EXP_P = K['EXP_P']
@@ -149,7 +149,7 @@ def _build_native(bits):
         a = abs(x)
         a = COSH_HI if a > COSH_HI else a
         n, p = reduce_exp(a)
-        h = _ldexp2(ONE + p, n - ONE)              # e^a / 2, no overflow before cosh's own
+        h = ldexp2(ONE + p, n - ONE)              # e^a / 2, no overflow before cosh's own
         return h + QUARTER / h
 
     @jit
@@ -161,7 +161,7 @@ def _build_native(bits):
         small = HALF * (TWO * t - t * u)            # a < 1: (t + t/(t+1))/2 without cancellation
         mid = HALF * (t + u)
         n, p = reduce_exp(a)
-        big = _ldexp2(ONE + p, n - ONE)
+        big = ldexp2(ONE + p, n - ONE)
         r = small if a < ONE else (mid if a < SINH_SPLIT else big)
         return math.copysign(r, x)
 
@@ -169,12 +169,12 @@ def _build_native(bits):
     def exp2(x):
         x = EXP2_HI if x > EXP2_HI else x
         x = EXP2_LO if x < EXP2_LO else x
-        n = _rint(x)
+        n = round_even(x)
         r = x - n                                   # exact
         t = r * LN2
         e = _fma_exact(r, LN2, -t) + r * LN2_LO     # t + e = r ln2 to well below an ulp
-        p = _fma(t * t, _horner(t, EXP_P), t)        # expm1(t)
-        return _ldexp2(ONE + _fma(e, ONE + p, p), n)
+        p = fused_mul_add(t * t, horner(t, EXP_P), t)        # expm1(t)
+        return ldexp2(ONE + fused_mul_add(e, ONE + p, p), n)
 
     @jit
     def remainder(a, b):
@@ -199,8 +199,8 @@ def _build_native(bits):
 def _build64():
     """float64 code of the other functions."""
     dt = np.float64
-    K = {k: (tuple(dt(c) for c in v) if isinstance(v, tuple) else dt(v)) for k, v in _CONST[64].items()}
-    impl = _IMPLS[64]
+    K = {k: (tuple(dt(c) for c in v) if isinstance(v, tuple) else dt(v)) for k, v in CONST[64].items()}
+    impl = IMPLS[64]
     exp, log, log1p, erf, log_tail = impl['exp'], impl['log'], impl['log1p'], impl['erf'], impl['_log_tail']
     log1pexp = impl['log1pexp']
     ZERO, QUARTER, HALF, ONE, TWO, THREE, TEN = 0.0, 0.25, 0.5, 1.0, 2.0, 3.0, 10.0
@@ -236,26 +236,26 @@ def _build64():
     def log_kf(x):
         """(k, log(1 + f)) with x = 2**k (1 + f); log(1 + f) carries log's special values."""
         sub = x < TINY
-        k, m = _logsplit(x * SUB_SCALE if sub else x)
+        k, m = logsplit(x * SUB_SCALE if sub else x)
         k = k - SUB_K if sub else k
         return k, log_tail(x, ZERO, m - ONE, ZERO)
 
     @jit
     def log2(x):
         k, lf = log_kf(x)
-        return k + _fma(lf, INV_LN2_HI, lf * INV_LN2_LO)
+        return k + fused_mul_add(lf, INV_LN2_HI, lf * INV_LN2_LO)
 
     @jit
     def log10(x):
         k, lf = log_kf(x)
-        return _fma(k, LOG10_2_HI, _fma(lf, INV_LN10_HI, _fma(k, LOG10_2_LO, lf * INV_LN10_LO)))
+        return fused_mul_add(k, LOG10_2_HI, fused_mul_add(lf, INV_LN10_HI, fused_mul_add(k, LOG10_2_LO, lf * INV_LN10_LO)))
 
     # -- exp of a double-double argument (erfc's exp(-z^2 + f)) ----------------------------------
     @jit
     def exp_dd(hi, lo):
-        n = _rint((hi + lo) * LOG2E)
-        r = _add(_cody_waite(hi, n, LN2_HI, LN2_LO), lo)
-        return _ldexp2(ONE + _fma(r * r, _horner(r, EXP_P), r), n)
+        n = round_even((hi + lo) * LOG2E)
+        r = strict_add(cody_waite(hi, n, LN2_HI, LN2_LO), lo)
+        return ldexp2(ONE + fused_mul_add(r * r, horner(r, EXP_P), r), n)
 
     # -- inverse trigonometric -------------------------------------------------------------------
     @jit
@@ -264,12 +264,12 @@ def _build64():
         (numerators exact), atan(a) = atan(c) + atan(t), |t| <= 7/16."""
         i1, i2, i3, i4 = a >= 0.4375, a >= 0.6875, a >= 1.1875, a >= 2.4375
         num = -ONE if i4 else (a - 1.5 if i3 else (a - ONE if i2 else (TWO * a - ONE if i1 else a)))
-        den = a if i4 else (_fma(1.5, a, ONE) if i3 else (a + ONE if i2 else (TWO + a if i1 else ONE)))
+        den = a if i4 else (fused_mul_add(1.5, a, ONE) if i3 else (a + ONE if i2 else (TWO + a if i1 else ONE)))
         hi = PIO2_HI if i4 else (A3H if i3 else (A2H if i2 else (A1H if i1 else ZERO)))
         lo = PIO2_LO if i4 else (A3L if i3 else (A2L if i2 else (A1L if i1 else ZERO)))
         t = num / den
         z = t * t
-        return _add(hi, _add(lo, _fma(t * z, _horner(z, ATAN_P), t)))
+        return strict_add(hi, strict_add(lo, fused_mul_add(t * z, horner(z, ATAN_P), t)))
 
     @jit
     def atan(x):
@@ -285,8 +285,8 @@ def _build64():
         r = ZERO if den == ZERO else r              # atan2(+-0, +-0)
         r = ONE if num == INF else r                # atan2(+-inf, +-inf)
         t = atan_pos(r)
-        t = _add(PIO2_HI, -_add(t, -PIO2_LO)) if swap else t
-        t = _add(PI_HI, -_add(t, -PI_LO)) if math.copysign(ONE, x) < ZERO else t
+        t = strict_add(PIO2_HI, -strict_add(t, -PIO2_LO)) if swap else t
+        t = strict_add(PI_HI, -strict_add(t, -PI_LO)) if math.copysign(ONE, x) < ZERO else t
         t = math.copysign(t, y)
         return t if (x == x) & (y == y) else NAN
 
@@ -296,19 +296,19 @@ def _build64():
         big = a >= HALF
         z = (ONE - a) * HALF if big else a * a      # 1 - a exact from 1/2 on
         s = np.sqrt(z) if big else a
-        return _fma(s * z, _horner(z, ASIN_P), s), big
+        return fused_mul_add(s * z, horner(z, ASIN_P), s), big
 
     @jit
     def asin(x):
         r, big = asin_core(abs(x))
-        res = _add(PIO2_HI, -_add(TWO * r, -PIO2_LO)) if big else r
+        res = strict_add(PIO2_HI, -strict_add(TWO * r, -PIO2_LO)) if big else r
         return math.copysign(res, x)
 
     @jit
     def acos(x):
         r, big = asin_core(abs(x))
-        small = _add(PIO2_HI, -_add(math.copysign(r, x), -PIO2_LO))
-        neg = _add(PI_HI, -_add(TWO * r, -PI_LO))
+        small = strict_add(PIO2_HI, -strict_add(math.copysign(r, x), -PIO2_LO))
+        neg = strict_add(PI_HI, -strict_add(TWO * r, -PI_LO))
         return (TWO * r if x > ZERO else neg) if big else small
 
     # -- inverse hyperbolic: one log1p each, of an argument without cancellation ---------------
@@ -344,24 +344,24 @@ def _build64():
     def tan_poly(hi, lo):
         """tan(hi + lo), |hi| <= pi/4 (a little beyond is fine), lo a correction."""
         z = hi * hi
-        t = _fma(hi * z, _horner(z, TAN_P), hi)
+        t = fused_mul_add(hi * z, horner(z, TAN_P), hi)
         return t + lo * (ONE + t * t)
 
     @jit
     def split(t, q):
         """t = h + r exactly, h a multiple of q (a power of two), 0 <= r < q."""
         h = np.floor(t / q) * q
-        return h, _add(t, -h)                       # _add: 'reassoc' must not fold t - h - ... together
+        return h, strict_add(t, -h)                       # strict_add: 'reassoc' must not fold t - h - ... together
 
     @jit
     def add3(acc, t):
         """acc + (t mod 4), acc an exact three-part sum (multiples of 2^-50, of 2^-98, the rest)."""
         s_hi, s_mid, s_lo = acc
-        t = _add(t, -4.0 * np.floor(t * QUARTER))
+        t = strict_add(t, -4.0 * np.floor(t * QUARTER))
         h, r = split(t, Q50)
         mid, lo = split(r, Q98)
-        s_hi = _add(s_hi, h)
-        return _add(s_hi, -4.0 * np.floor(s_hi * QUARTER)), _add(s_mid, mid), _add(s_lo, lo)
+        s_hi = strict_add(s_hi, h)
+        return strict_add(s_hi, -4.0 * np.floor(s_hi * QUARTER)), strict_add(s_mid, mid), strict_add(s_lo, lo)
 
     @jit
     def chunk(acc, mhi, mlo, c, scale):
@@ -374,32 +374,32 @@ def _build64():
         24-bit chunks of 2/pi that matter, each product exact (M split in two) and reduced modulo 4.
         The sum is kept exactly in three parts, as the fraction may cancel down to 2^-61 of the
         integer part (6381956970095103 2^797). Straight-line code: the table loads vectorize as gathers."""
-        k, m = _logsplit(a)
+        k, m = logsplit(a)
         low = m < ONE
         m = m * TWO if low else m
         k = k - ONE if low else k                   # a = 2^k m, m in [1, 2)
         mant = m * TWO52
         mhi = np.floor(mant * TWO_M26)
-        mlo = _add(mant, -(mhi * TWO26))
+        mlo = strict_add(mant, -(mhi * TWO26))
         j0 = np.floor((k - 54.0) / 24.0)            # earlier chunks give multiples of 4
         j0 = ZERO if j0 < ZERO else j0
         j0 = 40.0 if j0 > 40.0 else j0
         j = int(j0)
         e = k - 76.0 - 24.0 * j0                    # chunk i weighs 2^(e - 24 i)
         acc = (ZERO, ZERO, ZERO)
-        acc = chunk(acc, mhi, mlo, TABLE[j], _pow2(e))
-        acc = chunk(acc, mhi, mlo, TABLE[j + 1], _pow2(e - 24.0))
-        acc = chunk(acc, mhi, mlo, TABLE[j + 2], _pow2(e - 48.0))
-        acc = chunk(acc, mhi, mlo, TABLE[j + 3], _pow2(e - 72.0))
-        acc = chunk(acc, mhi, mlo, TABLE[j + 4], _pow2(e - 96.0))
-        acc = chunk(acc, mhi, mlo, TABLE[j + 5], _pow2(e - 120.0))
-        acc = chunk(acc, mhi, mlo, TABLE[j + 6], _pow2(e - 144.0))
-        s_hi, s_mid, s_lo = chunk(acc, mhi, mlo, TABLE[j + 7], _pow2(e - 168.0))
-        n = _rint(s_hi)
-        fh, fl = _two_sum(_add(s_hi, -n), s_mid)
-        fl = _add(fl, s_lo)
-        n2 = _rint(fh)                              # s_mid may carry the fraction past 1/2
-        fh, fl = _two_sum(_add(fh, -n2), fl)
+        acc = chunk(acc, mhi, mlo, TABLE[j], pow2(e))
+        acc = chunk(acc, mhi, mlo, TABLE[j + 1], pow2(e - 24.0))
+        acc = chunk(acc, mhi, mlo, TABLE[j + 2], pow2(e - 48.0))
+        acc = chunk(acc, mhi, mlo, TABLE[j + 3], pow2(e - 72.0))
+        acc = chunk(acc, mhi, mlo, TABLE[j + 4], pow2(e - 96.0))
+        acc = chunk(acc, mhi, mlo, TABLE[j + 5], pow2(e - 120.0))
+        acc = chunk(acc, mhi, mlo, TABLE[j + 6], pow2(e - 144.0))
+        s_hi, s_mid, s_lo = chunk(acc, mhi, mlo, TABLE[j + 7], pow2(e - 168.0))
+        n = round_even(s_hi)
+        fh, fl = two_sum_exact(strict_add(s_hi, -n), s_mid)
+        fl = strict_add(fl, s_lo)
+        n2 = round_even(fh)                              # s_mid may carry the fraction past 1/2
+        fh, fl = two_sum_exact(strict_add(fh, -n2), fl)
         rh = fh * PIO2_HI
         rl = _fma_exact(fh, PIO2_HI, -rh) + (fh * PIO2_LO + fl * PIO2_HI)
         return n + n2, rh, rl
@@ -407,11 +407,11 @@ def _build64():
     @jit
     def tan(x):
         a = abs(x)
-        n = _rint(a * INV_PIO2)
+        n = round_even(a * INV_PIO2)
         r1 = a - n * P1                             # exact: n < 2^20, P1 has 33 bits
-        s, e = _two_sum(r1, -(n * P2))
-        lo = _add(_add(e, -(n * P3)), -(n * P3T))
-        hi, lo = _two_sum(s, lo)
+        s, e = two_sum_exact(r1, -(n * P2))
+        lo = strict_add(strict_add(e, -(n * P3)), -(n * P3T))
+        hi, lo = two_sum_exact(s, lo)
         nb, hb, lb = rem_pio2_large(a)
         big = a > MEDIUM
         n = nb if big else n
@@ -455,15 +455,15 @@ def _build64():
         a = abs(y)
         w = ONE - a                                 # exact from a = 1/2 on
         z = a * a
-        xc = a * _horner(z, EA) / _horner(z, EB)
+        xc = a * horner(z, EA) / horner(z, EB)
         zt = np.sqrt(-log(w * HALF))
-        xt = _horner(zt, EC) / _horner(zt, ED)
+        xt = horner(zt, EC) / horner(zt, ED)
         x = xc if a <= 0.7 else xt
         for _ in range(2):
             # Halley on erf(x) = a, or on erfc(x) = 1 - a from 1/2 on (accurate up to a -> 1)
             g = TWO_SQRTPI * exp(-(x * x))
             d = (erf(x) - a if a <= HALF else w - erfc_pos(x)) / g
-            x = x - d / _fma(x, d, ONE)
+            x = x - d / fused_mul_add(x, d, ONE)
         x = INF if a == ONE else x
         x = x if a <= ONE else NAN
         return math.copysign(x, y)
@@ -482,13 +482,13 @@ def _build64():
             v = v - ONE if step else v
             prod = prod * v if step else prod
         vc = v if v < THREE else THREE               # the series' argument in range (unused beyond)
-        f1 = y if lt1 else _add(vc, -ONE)           # (v - 1)(v - 2) from y itself below 1: exact
-        f2 = _add(y, -ONE) if lt1 else _add(vc, -TWO)
+        f1 = y if lt1 else strict_add(vc, -ONE)           # (v - 1)(v - 2) from y itself below 1: exact
+        f2 = strict_add(y, -ONE) if lt1 else strict_add(vc, -TWO)
         near = f1 * f2 * _clenshaw(vc - TWO, LGAMMA_CHEB)
         near = near - log(y) if lt1 else near + log(prod)
         iv = ONE / y
         lx = log(y)
-        far = _fma(y, lx - ONE, -HALF * lx) + HALF_LOG_2PI + iv * _horner(iv * iv, LGAMMA_S)
+        far = fused_mul_add(y, lx - ONE, -HALF * lx) + HALF_LOG_2PI + iv * horner(iv * iv, LGAMMA_S)
         far = INF if y == INF else far
         return near if y < TEN else far
 
@@ -498,7 +498,7 @@ def _build64():
         # t = tan(pi r / 2) (|r| <= 1/2 needs no reduction); +inf at the poles 0, -1, -2, ... as torch
         neg = x < ZERO
         r = lgamma_pos(ONE - x if neg else x)
-        hr = HALF * (x - _rint(x))
+        hr = HALF * (x - round_even(x))
         hi = PI_HI * hr
         t = tan_poly(hi, _fma_exact(PI_HI, hr, -hi) + PI_LO * hr)
         refl = log(PI_HI * (ONE + t * t) / (TWO * abs(t))) - r
@@ -512,7 +512,7 @@ def _build64():
         lt1 = y < ONE
         y1 = y + ONE if lt1 else y
         y1 = TWO if y1 > TWO else y1
-        near = _add(_add(y1, -X0_HI), -X0_LO) * _clenshaw(_fma(TWO, y1, -THREE), DIGAMMA_CHEB)
+        near = strict_add(strict_add(y1, -X0_HI), -X0_LO) * _clenshaw(fused_mul_add(TWO, y1, -THREE), DIGAMMA_CHEB)
         near = near - ONE / y if lt1 else near
         s = ZERO
         v = y
@@ -522,7 +522,7 @@ def _build64():
             v = v + ONE if step else v
         iv = ONE / v
         z = iv * iv
-        far = log(v) - HALF * iv - z * _horner(z, DIGAMMA_A) - s
+        far = log(v) - HALF * iv - z * horner(z, DIGAMMA_A) - s
         return near if y < TWO else far
 
     @jit
@@ -530,7 +530,7 @@ def _build64():
         # torch's values: digamma(+-0) = -+inf, NaN at negative integers; reflection below 0
         neg = x < ZERO
         r = digamma_pos(ONE - x if neg else x)
-        fr = x - _rint(x)
+        fr = x - round_even(x)
         r = r - PI_HI / tanpi(fr) if neg else r
         r = NAN if neg & (fr == ZERO) else r
         return -math.copysign(INF, x) if x == ZERO else r
@@ -539,7 +539,7 @@ def _build64():
     def trigamma(x):
         # torch's calc_trigamma: reflection below 1/2, six recurrence steps, a short asymptotic series
         refl = x < HALF
-        t = tanpi(x - _rint(x))
+        t = tanpi(x - round_even(x))
         res = -(PI2 * (ONE + ONE / (t * t))) if refl else ZERO    # pi^2 / sin^2(pi x)
         v = ONE - x if refl else x
         for _ in range(6):
@@ -594,8 +594,8 @@ def _build():
 
 _ARITY2 = ('atan2', 'hypot', 'logaddexp', 'remainder', 'floordiv')
 _NEW32, _NEW64 = _build()
-_IMPLS[32].update(_NEW32)
-_IMPLS[64].update(_NEW64)
+IMPLS[32].update(_NEW32)
+IMPLS[64].update(_NEW64)
 
 
 def _public(name):
@@ -605,7 +605,7 @@ def _public(name):
         # Python-level fallback (scalars only); inside numba the overload below is used instead
         bits = 32 if all(isinstance(a, np.float32) for a in args) else 64
         cast = np.float32 if bits == 32 else float
-        return _IMPLS[bits][name](*[cast(a) for a in args])
+        return IMPLS[bits][name](*[cast(a) for a in args])
     stub.__name__ = stub.__qualname__ = name
     stub.__doc__ = '%s(%s) for float32/float64 scalars inside numba kernels.' % (name, ', '.join('xy'[:arity]))
 
@@ -620,14 +620,14 @@ def _public(name):
         def _ov(x):
             bits = pick((x,))
             if bits:
-                impl, cast = _IMPLS[bits][name], (np.float32 if bits == 32 else np.float64)
+                impl, cast = IMPLS[bits][name], (np.float32 if bits == 32 else np.float64)
                 return lambda x: impl(cast(x))
     else:
         @overload(stub, jit_options=_INLINE)
         def _ov(x, y):
             bits = pick((x, y))
             if bits:
-                impl, cast = _IMPLS[bits][name], (np.float32 if bits == 32 else np.float64)
+                impl, cast = IMPLS[bits][name], (np.float32 if bits == 32 else np.float64)
                 return lambda x, y: impl(cast(x), cast(y))
     return stub
 

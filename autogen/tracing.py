@@ -30,18 +30,26 @@ import torch
 
 from . import decompositions as D
 from . import inline
-from . import ops as _ops
+from . import opcall as _ops
 from .errors import AutogenError, CompileError, TracingError, UnsupportedOpError
-from .executor import LossGraph, Problem, _flat_np, _transformed, aliases, contiguous as _contiguous, rerun
-from .functional import _compute_dtype, _first_bad_target, broadcast_shapes
+from .dispatch import COMPILE, SYMBOLIC, TRACE, TRANSFORM, route
+from .executor import aliases, rerun
+from .launch import contiguous as _contiguous
+from .pool import flat_np
+from .graphs import LossGraph, Problem, evaluate
+from .checks import broadcast_shapes, first_bad_target
+from .functional import compute_dtype
 from .ir import COL, ELEM, ROW, SCALAR, Node, apply as A, const, input as inp, iota, order_of, param, toposort
-from .policies import get_policy, get_strict, tracing, tracing_scope, unrecorded
+from .policies import get_policy, get_strict, tracing_scope, unrecorded
 from .primitives import PRIMS
+
+# trace -> a loss run in row chunks, or None: chunked.py registers its chunked_trace (it builds on this module)
+CHUNKED = []
 
 aten = torch.ops.aten
 
 
-class _Unsupported(Exception):
+class Unsupported(Exception):
     def __init__(self, op, line, why="", error=UnsupportedOpError):
         super().__init__(op)
         self.op, self.line, self.why, self.error = op, line, why, error  # error: what strict mode raises
@@ -85,7 +93,7 @@ class _Lowering:
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         floats = [i for i, t in enumerate(example) if t.is_floating_point()]
         if not floats:
-            raise _Unsupported("a loss without floating-point inputs", "")
+            raise Unsupported("a loss without floating-point inputs", "")
         # an input read only through slices (glu's halves, x.chunk(2, -1)) counts with its first part's shape
         sliced = {i: _first_part(node) for i, node in enumerate(placeholders) if _only_sliced(node)}
         shapes = [sliced.get(i) or tuple(t.shape) for i, t in enumerate(example)]
@@ -137,10 +145,10 @@ class _Lowering:
         rows = present - self.Kn
         need = {a for a in range(len(self.base)) if a not in self.K and self.base[a] != 1}
         if rows and rows != need:
-            raise _Unsupported("a value that varies along only some of the leading dimensions", "")
+            raise Unsupported("a value that varies along only some of the leading dimensions", "")
         cols = present & self.Kn
         if cols and cols != self.Kn:
-            raise _Unsupported("a value that varies along only some of the dimensions after the batch", "")
+            raise Unsupported("a value that varies along only some of the dimensions after the batch", "")
         has_c = bool(cols)
         if present and present == need | self.Kn:
             return ELEM
@@ -180,7 +188,7 @@ class _Lowering:
         if axes is None:
             why = f"{what} of shape {list(shape)}, which does not broadcast to {list(self.base)}"
             if kind != "f" or len(shape) > len(self.base):
-                raise _Unsupported(why, "")
+                raise Unsupported(why, "")
             # a per-channel weight (prelu's): materialized once its first reshape aligns it (view)
             node = inp(name, ELEM, kind)
             self.inputs.append((node, i, _then(how, "expand")))
@@ -189,7 +197,7 @@ class _Lowering:
         over = False
         try:
             lvl = self.level(axes)
-        except _Unsupported:
+        except Unsupported:
             lvl = None
         # partial broadcasts, and per-column tensors that require grad (a row pass cannot write their gradient,
         # a sum over the rows): materialized, autograd sums the gradient back over the broadcast
@@ -209,13 +217,13 @@ class _Lowering:
         one more kernel input, read at every call; a parameter gets its gradient as any input does."""
         t = getattr(self.gm, n.target, None)
         if not isinstance(t, torch.Tensor):
-            raise _Unsupported(f"a constant {n.target} that is not a tensor", _line(n))
+            raise Unsupported(f"a constant {n.target} that is not a tensor", _line(n))
         index = len(self.example) + len(self.consts)
         self.consts.append(t)
         try:
             return self._placeholder(index, t, "a tensor of the module")
-        except _Unsupported as exc:
-            raise _Unsupported(exc.op, _line(n)) from None
+        except Unsupported as exc:
+            raise Unsupported(exc.op, _line(n)) from None
 
     def _anchor(self, lvl):
         """A node at level `lvl` to broadcast against (expand's second argument)."""
@@ -224,7 +232,7 @@ class _Lowering:
                 return node
         if lvl == COL:
             return iota()
-        raise _Unsupported("a broadcast to a shape no input of the loss has", "")
+        raise Unsupported("a broadcast to a shape no input of the loss has", "")
 
     # the walk
     def run(self):
@@ -241,28 +249,28 @@ class _Lowering:
                 out = n.args[0]
                 if isinstance(out, (list, tuple)):
                     if len(out) != 1:
-                        raise _Unsupported("a loss returning several tensors", "")
+                        raise Unsupported("a loss returning several tensors", "")
                     out = out[0]
                 self.output = out
                 break
             try:
                 self.env[n] = self._lower(n)
-            except _Unsupported as exc:
-                raise _Unsupported(exc.op, exc.line or _line(n), exc.why) from None
+            except Unsupported as exc:
+                raise Unsupported(exc.op, exc.line or _line(n), exc.why) from None
         val = self.env[out]
         if not isinstance(val, V):
-            raise _Unsupported("a loss returning a Python number", "")
+            raise Unsupported("a loss returning a Python number", "")
         if _bases(val.axes) != sorted(_bases(val.axes)):
-            raise _Unsupported("a loss returning a transposed tensor", "")
+            raise Unsupported("a loss returning a transposed tensor", "")
         if val.over:
-            raise _Unsupported("a loss returning a tensor that broadcasts along only some dimensions", "")
+            raise Unsupported("a loss returning a tensor that broadcasts along only some dimensions", "")
         return val
 
     def arg(self, a):
         if isinstance(a, torch.fx.Node):
             v = self.env[a]
             if isinstance(v, V) and v.over:  # a sum of it would count each element once per broadcast copy
-                raise _Unsupported("a reduction, reshape or gather of a tensor that broadcasts along only some "
+                raise Unsupported("a reduction, reshape or gather of a tensor that broadcasts along only some "
                                    "dimensions", "")
             return v
         return a
@@ -272,7 +280,7 @@ class _Lowering:
         a = self.env[a] if isinstance(a, torch.fx.Node) else a
         if isinstance(a, V):
             if a.axes is None:
-                raise _Unsupported(self.unaligned[a.node.digest], "")
+                raise Unsupported(self.unaligned[a.node.digest], "")
             return a
         if isinstance(a, _Sym):
             return V(self._param(a.value), (), ())
@@ -280,17 +288,17 @@ class _Lowering:
             return V(const(1 if a else 0, "i"), (), ())
         if isinstance(a, (int, float)):
             return V(const(a), (), ())
-        raise _Unsupported(f"argument {a!r}", "")
+        raise Unsupported(f"argument {a!r}", "")
 
     def _lower(self, n):
         t = n.target
         if t in _SYM_OPS or (isinstance(t, torch._ops.OpOverload) and t.overloadpacket in _SYM_PACKETS):
-            return _Sym(_hint(n.meta["val"]))
+            return _Sym(shape_hint(n.meta["val"]))
         if t is aten._local_scalar_dense.default:
             raise TracingError(_tracing_message("item", _line(n)))
         rule = _RULES.get(t) or _RULES.get(getattr(t, "overloadpacket", None))
         if rule is None:
-            raise _Unsupported(_opname(t), _line(n))
+            raise Unsupported(_opname(t), _line(n))
         return rule(self, n, *n.args, **n.kwargs)
 
     # building blocks used by the rules
@@ -303,24 +311,24 @@ class _Lowering:
             off = len(shape) - len(v.shape)
             if _FLAT in v.axes:
                 if len(v.shape) != len(shape) or len(shape) != 1:
-                    raise _Unsupported("mixing a flattened tensor with a shaped one", "")
+                    raise Unsupported("mixing a flattened tensor with a shaped one", "")
                 axes = [_FLAT]
                 continue
             for d, a in enumerate(v.axes):
                 if a is None:
                     continue
                 if axes[off + d] not in (None, a):
-                    raise _Unsupported("a broadcast that mixes rows and columns", "")
+                    raise Unsupported("a broadcast that mixes rows and columns", "")
                 axes[off + d] = a
         used = _bases(axes)
         if len(used) != len(set(used)) or not any(v.over for v in vals) and \
                 any(a is None and s != 1 for a, s in zip(axes, shape)):
             # an outer broadcast ((N, 1) against (1, N)): values by levels cannot tell its two axes apart
-            raise _Unsupported("an outer broadcast (two dimensions of the result along one dimension of the "
+            raise Unsupported("an outer broadcast (two dimensions of the result along one dimension of the "
                                "inputs, or along none)", "")
         for v in vals:  # each argument's level must be what its broadcast position says
             if not v.over and _FLAT not in v.axes and self.norm(self.level(v.axes)) != self.norm(v.node.level):
-                raise _Unsupported("a broadcast of per-row values along the columns", "")
+                raise Unsupported("a broadcast of per-row values along the columns", "")
         node = fn(*[v.node for v in vals])
         return V(node, shape, tuple(axes), any(v.over for v in vals) and math.prod(shape) != math.prod(self.base))
 
@@ -353,7 +361,7 @@ class _Lowering:
             axes = tuple(a for d, a in enumerate(x.axes) if d not in dims) if not keepdim else tuple(
                 None if d in dims else a for d, a in enumerate(x.axes))
         else:
-            raise _Unsupported(f"a {kind} over dimensions {dims} (only the last, the leading ones, or all)", "")
+            raise Unsupported(f"a {kind} over dimensions {dims} (only the last, the leading ones, or all)", "")
         if mean:
             node = node * self._param(1.0 / count) if count else node * float("nan")
         return V(node, shape, axes)
@@ -365,13 +373,13 @@ class _Lowering:
         if x.axes is None:  # an input that broadcasts from this shape: the kernel reads it so reshaped
             axes = self._aligned_axes(shape)
             if axes is None:
-                raise _Unsupported(self.unaligned[x.node.digest], "")
+                raise Unsupported(self.unaligned[x.node.digest], "")
             k = next(k for k, (m, _, _) in enumerate(self.inputs) if m.digest == x.node.digest)
             node, i, how = self.inputs[k]
-            step = ("reshape", tuple(_hint(d) for d in shape))
+            step = ("reshape", tuple(shape_hint(d) for d in shape))
             if len(how) > 1 and how[-2][0] == "reshape":  # the placeholder reshaped again
                 if how[-2] != step:
-                    raise _Unsupported(self.unaligned[x.node.digest] + " (reshaped twice)", "")
+                    raise Unsupported(self.unaligned[x.node.digest] + " (reshaped twice)", "")
             else:
                 self.inputs[k] = (node, i, how[:-1] + (step, "expand"))
             return V(x.node, shape, axes, True)
@@ -393,7 +401,7 @@ class _Lowering:
                 return V(x.node, shape, axes)
         elif regrouped is not None:
             return V(x.node, shape, regrouped)
-        raise _Unsupported("a reshape that moves data between dimensions", "")
+        raise Unsupported("a reshape that moves data between dimensions", "")
 
     def _regrouped(self, x, shape):
         """The axes of `x` viewed as `shape` when the view merges or splits runs of whole base axes
@@ -448,7 +456,7 @@ def _first_part(node):
     while _only_sliced(node):
         node = next(u for u in node.users if u.target in _SLICING)
     val = node.meta.get("val")
-    return tuple(_hint(d) for d in val.shape) if isinstance(val, torch.Tensor) else None
+    return tuple(shape_hint(d) for d in val.shape) if isinstance(val, torch.Tensor) else None
 
 
 def _sym_dims(node):
@@ -466,7 +474,7 @@ def _sym_dims(node):
     return tuple(out)
 
 
-def _hint(v):
+def shape_hint(v):
     if isinstance(v, (int, float, bool)):
         return v
     node = getattr(v, "node", None)
@@ -550,7 +558,7 @@ def _logical(name, masks_only):
     def rule(low, n, *args):
         def build(*xs):
             if masks_only and any(x.kind != "b" for x in xs):
-                raise _Unsupported(f"bitwise {name[8:]} of integers", "")
+                raise Unsupported(f"bitwise {name[8:]} of integers", "")
             return A(name, *[x if x.kind == "b" else A("ne", x, 0) for x in xs])
         return low.ew(n, build, *args)
     return rule
@@ -629,7 +637,7 @@ def _arange(low, n, *args, **kwargs):
     start, end, step = (0, nums[0], 1) if len(nums) == 1 else (nums + [1])[:3]
     C = low.C
     if (start, end, step) != (0, C, 1) or n.meta["val"].dtype.is_floating_point:
-        raise _Unsupported(f"arange({start}, {end}, {step}) (only the column index arange(C) of the last "
+        raise Unsupported(f"arange({start}, {end}, {step}) (only the column index arange(C) of the last "
                            f"dimension, C = {C})", "")
     return V(iota(), (C,), (low.k if C != 1 else None,))
 
@@ -641,7 +649,7 @@ def _div(low, n, a, b, *, rounding_mode=None):
 
     def build(x, y):
         if x.kind != "f" and y.kind != "f":
-            raise _Unsupported(f"integer division with rounding_mode={rounding_mode!r}", "")
+            raise Unsupported(f"integer division with rounding_mode={rounding_mode!r}", "")
         return A("floordiv", x, y) if rounding_mode == "floor" else A("trunc", x / y)  # torch: trunc(a / b)
     return low.ew(n, build, a, b)
 
@@ -681,8 +689,8 @@ def _clamp_to(x, lo, hi):
     if lo is not None and hi is not None:
         return A("clamp", x, lo, hi)
     if lo is not None:  # a tensor bound gets its gradient (where x < lo) from clamp's rule
-        return D._clamp_min(x, lo) if lo.op == "const" else A("clamp", x, lo, float("inf"))
-    return -D._clamp_min(-x, -hi) if hi.op == "const" else A("clamp", x, -float("inf"), hi)
+        return D.clamp_below(x, lo) if lo.op == "const" else A("clamp", x, lo, float("inf"))
+    return -D.clamp_below(-x, -hi) if hi.op == "const" else A("clamp", x, -float("inf"), hi)
 
 
 @_rule(aten.clamp, aten.clamp_min, aten.clamp_max, aten.clamp_, aten.clamp_min_, aten.clamp_max_)
@@ -758,7 +766,7 @@ def _softmax(low, n, x, dim, half_to_float=False):
         zero = xv.node - xv.node
         return V(zero if n.target is aten._log_softmax.default else A("exp", zero), xv.shape, xv.axes)
     if xv.axes[dim % len(xv.shape)] != low.k:
-        raise _Unsupported("a softmax over a dimension other than the last (or 1 of (N, C, d1..dK))", "")
+        raise Unsupported("a softmax over a dimension other than the last (or 1 of (N, C, d1..dK))", "")
     m = A("detach", A("shift_row", xv.node))
     shifted = xv.node - m
     if n.target is aten._log_softmax.default:
@@ -777,14 +785,14 @@ def _norm(low, n, x, ord=2, dim=None, keepdim=False, *, dtype=None):
     if ord == 1:
         r = low.reduce(n, V(A("abs", xv.node), xv.shape, xv.axes), dim, keepdim, "sum")
         return r
-    raise _Unsupported(f"a vector norm of order {ord}", "")
+    raise Unsupported(f"a vector norm of order {ord}", "")
 
 
 @_rule(aten.gather)
 def _gather(low, n, x, dim, index, *, sparse_grad=False):
     xv, iv = low.arg(x), low.arg(index)
     if xv.axes[dim % len(xv.shape)] != low.k or iv.shape[dim % len(iv.shape)] != 1:
-        raise _Unsupported("a gather other than one element per row along the last dimension", "")
+        raise Unsupported("a gather other than one element per row along the last dimension", "")
     # the index is computed in torch before the kernel (checked against the row length there)
     idx = inp(f"__idx{len(low.index_inputs)}", ROW, "i")
     low.index_inputs.append((idx, iv.node))
@@ -824,11 +832,11 @@ def _expand(low, n, x, sizes, *, implicit=False):
     shape = tuple(n.meta["val"].shape)
     axes = low._aligned_axes(shape)
     if axes is None:
-        raise _Unsupported("an expand to a shape that is not the input's", "")
+        raise Unsupported("an expand to a shape that is not the input's", "")
     off = len(shape) - len(xv.shape)
     for d, a in enumerate(xv.axes):
         if a is not None and axes[off + d] != a:
-            raise _Unsupported("an expand that moves dimensions", "")
+            raise Unsupported("an expand that moves dimensions", "")
     lvl = low.level(axes)
     node = xv.node if low.norm(xv.node.level) == low.norm(lvl) else A("expand", xv.node, low._anchor(lvl))
     return V(node, shape, axes)
@@ -860,9 +868,9 @@ def _slice(low, n, x, dim=0, start=None, end=None, step=1):
     if not isinstance(xv, _Part):
         if step == 1 and isinstance(xv, V) and tuple(n.meta["val"].shape) == tuple(xv.shape):
             return xv  # x[:, :] keeps everything
-        raise _Unsupported("a slice of a computed value (only the loss's inputs may be sliced)", "")
+        raise Unsupported("a slice of a computed value (only the loss's inputs may be sliced)", "")
     if step != 1:
-        raise _Unsupported("a strided slice", "")
+        raise Unsupported("a strided slice", "")
     size = xv.t.size(dim)
     r = range(size)[slice(_num(low, start), _num(low, end))]
     return _piece(low, n, _narrowed(xv, dim, r.start, len(r)))
@@ -872,7 +880,7 @@ def _slice(low, n, x, dim=0, start=None, end=None, step=1):
 def _split(low, n, x, sizes, dim=0):
     xv = low.env[x]
     if not isinstance(xv, _Part):
-        raise _Unsupported("a split of a computed value (only the loss's inputs may be split)", "")
+        raise Unsupported("a split of a computed value (only the loss's inputs may be split)", "")
     size = xv.t.size(dim)
     if isinstance(sizes, (list, tuple)):
         sizes = [_num(low, a) for a in sizes]
@@ -890,7 +898,7 @@ def _split(low, n, x, sizes, dim=0):
 def _getitem(low, n, x, k):
     parts = low.env[x]
     if not isinstance(parts, list):
-        raise _Unsupported("an index into a tensor", "")
+        raise Unsupported("an index into a tensor", "")
     return _piece(low, n, parts[k])
 
 
@@ -902,7 +910,7 @@ def _permute(low, n, x, *args):
     axes = tuple(xv.axes[p] for p in perm)
     present = _bases(axes)
     if present != sorted(present) and low.K[-1] == len(low.base) - 1:
-        raise _Unsupported("a transpose of data (only size-1 dimensions may move)", "")
+        raise Unsupported("a transpose of data (only size-1 dimensions may move)", "")
     return V(xv.node, tuple(val.shape), axes)
 
 
@@ -938,7 +946,7 @@ def _to(low, n, x, *args, **kwargs):
         return xv if xv.node.kind == "b" else V(A("ne", xv.node, 0), xv.shape, xv.axes)
     if dtype.is_floating_point or (dtype == torch.int64 and xv.node.kind == "i"):
         return xv
-    raise _Unsupported(f"a conversion to {dtype}", "")
+    raise Unsupported(f"a conversion to {dtype}", "")
 
 
 @_rule(aten.scalar_tensor, aten.full, aten.zeros, aten.ones, aten.zeros_like, aten.ones_like, aten.full_like)
@@ -952,7 +960,7 @@ def _const(low, n, *args, **kwargs):
     shape = tuple(val.shape)
     axes = low._aligned_axes(shape)
     if axes is None:
-        raise _Unsupported(f"{name} of shape {list(shape)}", "")
+        raise Unsupported(f"{name} of shape {list(shape)}", "")
     lvl = low.level(axes)
     node = v.node if lvl == SCALAR else A("expand", v.node, low._anchor(lvl))
     return V(node, shape, axes)
@@ -967,7 +975,7 @@ def _inline_loss(low, n, tensors, checked, key, shape, dtype):
     graph = entry.graph
     args = [low.arg(t) for t in tensors]
     if any(_FLAT in v.axes for v in args) and not all(_FLAT in v.axes for v in args):
-        raise _Unsupported(f"{graph.name} on flattened and shaped tensors at once", "")
+        raise Unsupported(f"{graph.name} on flattened and shaped tensors at once", "")
     memo = {}
     for leaf, v in zip(graph.inputs, args):
         memo[leaf.digest] = _inline_input(low, graph, leaf, v)
@@ -999,7 +1007,7 @@ def _inline_loss(low, n, tensors, checked, key, shape, dtype):
         x = next(v for leaf, v in zip(graph.inputs, args) if leaf.level == ELEM)
         axes = x.axes[:-1] if shape == x.shape[:-1] else tuple(None for _ in shape) if math.prod(shape) == 1 else None
     if axes is None or _FLAT not in axes and low.norm(low.level(axes)) != low.norm(out.level):
-        raise _Unsupported(f"{graph.name} with reduction='none' of shape {list(shape)}", "")
+        raise Unsupported(f"{graph.name} with reduction='none' of shape {list(shape)}", "")
     return V(out, shape, axes)
 
 
@@ -1011,7 +1019,7 @@ def _inline_input(low, graph, leaf, v):
     elif leaf.kind == "f" and node.kind == "i":
         node = node * 1.0
     elif leaf.kind != node.kind:
-        raise _Unsupported(f"{graph.name}'s {leaf.attr} of kind {node.kind}", "")
+        raise Unsupported(f"{graph.name}'s {leaf.attr} of kind {node.kind}", "")
     if graph.mode == "row" and leaf.level == ROW and v.axes == (low.k,) and tuple(v.shape) == low.base[:-1] and (
             len(low.K) == 1):
         node = _as_rows(low, node)  # a (N,) target when N == C: broadcasting put it along the columns
@@ -1020,7 +1028,7 @@ def _inline_input(low, graph, leaf, v):
         have = low.norm(node.level) if _FLAT in v.axes else low.norm(low.level(v.axes))
         if _FLAT in v.axes or have != low.norm(leaf.level) or low.norm(node.level) != have or (
                 leaf.level & COL and low.C != 1 and (not v.axes or v.axes[-1] != low.k)):
-            raise _Unsupported(f"{graph.name} over a dimension that is not the last of the loss's input "
+            raise Unsupported(f"{graph.name} over a dimension that is not the last of the loss's input "
                                f"{list(low.base)} ({leaf.attr} of shape {list(v.shape)})", "")
     return node
 
@@ -1041,7 +1049,7 @@ def _as_rows(low, node):
         elif x.op in PRIMS and PRIMS[x.op].group in ("elementwise", "identity") and x.op != "expand":
             memo[x.digest] = A(x.op, *[memo[a.digest] for a in x.args])
         else:
-            raise _Unsupported("a per-row value of a loss that is computed along the columns", "")
+            raise Unsupported("a per-row value of a loss that is computed along the columns", "")
     return memo[node.digest]
 
 
@@ -1095,7 +1103,7 @@ def _class_axis(gm, base, last):
 
 def _shape(x):
     """The example shape of a traced value, as ints."""
-    return tuple(_hint(d) for d in x.meta["val"].shape)
+    return tuple(shape_hint(d) for d in x.meta["val"].shape)
 
 
 def _decompositions():
@@ -1187,14 +1195,14 @@ def _trace(module, forward, tensors, cls):
                           or ".numpy()" in str(exc) or "Cannot access data pointer" in str(exc))
         if data_dependent:
             if not _reads_data(module, forward, tensors):  # a number of sizes alone (arange(2, x.dim()).tolist())
-                raise _Unsupported("a Python number from a tensor that depends on no input", line) from None
+                raise Unsupported("a Python number from a tensor that depends on no input", line) from None
             kind = "item" if _ITEM_RE.search(text) else "control"
             raise TracingError(_tracing_message(kind, line)) from None
-        raise _Unsupported(f"{type(exc).__name__}: {exc}".split("\n")[0][:200], line) from None
-    from .linear_loss import chunked_trace  # F.linear then row-wise work: the logits in row chunks
-    chunked = chunked_trace(gm, tensors, lambda g, ts: _lower(g, ts, cls, calls))
-    if chunked is not None:
-        return chunked
+        raise Unsupported(f"{type(exc).__name__}: {exc}".split("\n")[0][:200], line) from None
+    for chunked_trace in CHUNKED:  # F.linear then row-wise work: the logits in row chunks
+        chunked = chunked_trace(gm, tensors, lambda g, ts: _lower(g, ts, cls, calls))
+        if chunked is not None:
+            return chunked
     traced = _lower(gm, tensors, cls, calls)
     kept = _kept_by_torch(module, forward, tensors)
     if kept is not None:  # the engine keeps torch's in-place semantics (executor._LossFunction)
@@ -1284,7 +1292,7 @@ def _lower(gm, tensors, cls, calls):
     loss = out.node
     level = loss.level
     if level not in (SCALAR, ROW, ELEM):
-        raise _Unsupported("a loss that varies only along the columns", "")
+        raise Unsupported("a loss that varies only along the columns", "")
     order = toposort([loss])
     uses_rows = any(n.level in (ROW, COL) or (n.op in PRIMS and PRIMS[n.op].group in ("reduce_row", "gather"))
                     or n.op == "iota" for n in order)
@@ -1300,35 +1308,29 @@ def _lower(gm, tensors, cls, calls):
     inputs = [(node, i, how) for node, i, how in low.inputs if node.digest in used]
     index_inputs = [(node, expr) for node, expr in low.index_inputs if node.digest in used]
     mode = ("cf" if cf else "row") if uses_rows else "flat"  # flat: only per-element and scalar values
-    cdt = _compute_dtype(functools.reduce(torch.promote_types, [t.dtype for t in tensors if t.is_floating_point()]))
+    cdt = compute_dtype(functools.reduce(torch.promote_types, [t.dtype for t in tensors if t.is_floating_point()]))
     graph = LossGraph(cls.__name__, mode, tuple(n for n, _, _ in inputs) + tuple(n for n, _ in index_inputs),
                       loss, level)
     meta = low.output.meta["val"]
     return _Traced(graph, inputs, index_inputs, {node.attr: i for node, i, _ in low.inputs}, dict(low.params),
-                   (R * C, C, R) if mode != "flat" else (numel, 0, 0), tuple(_hint(s) for s in meta.shape), meta.dtype,
+                   (R * C, C, R) if mode != "flat" else (numel, 0, 0), tuple(shape_hint(s) for s in meta.shape), meta.dtype,
                    cdt, base, tuple(low.consts), list(low.checks), list(low.inputs))
 
 
-def _eval_index(node, tensors, traced):
+def eval_index(node, tensors, traced):
     """The gather index, computed in torch from the inputs it depends on (a few ops on R values)."""
-    values = {}
-    for n in order_of(node):
+    def leaf(n):
         if n.op == "input":
-            values[n.digest] = tensors[traced.sources[n.attr]].detach().reshape(-1)
-        elif n.op == "const":
-            values[n.digest] = inline.scalar_tensor(n.attr)
-        elif n.op == "param":
-            values[n.digest] = inline.scalar_tensor(traced.params[n.attr])
-        else:
-            values[n.digest] = PRIMS[n.op].torch(*[values[a.digest] for a in n.args])
-    return values[node.digest].reshape(-1).long()
+            return tensors[traced.sources[n.attr]].detach().reshape(-1)
+        return inline.scalar_tensor(n.attr if n.op == "const" else traced.params[n.attr])
+    return evaluate(order_of(node), leaf)[node.digest].reshape(-1).long()
 
 
 def _then(how, *steps):
     return tuple(how) + steps if how != "flat" else steps
 
 
-def _expanded(t, how, base):
+def expanded(t, how, base):
     """A kernel input as the trace reads it (`how`: "flat", or its steps): a part of a sliced input
     (narrow), reshaped, a broadcast one materialized (expand)."""
     if how == "flat":
@@ -1379,12 +1381,12 @@ def _run_checks(traced, tensors):
         t = tensors[i].detach()
         if node.kind == "f":
             t = t.to(traced.cdt)
-        values[node.attr] = _expanded(t, how, traced.base).contiguous()
+        values[node.attr] = expanded(t, how, traced.base).contiguous()
     inline.run_checks(traced.checks, values, traced.params, traced.dims, traced.graph.mode)
 
 
 def _run(traced, tensors):
-    if not isinstance(traced, _Traced):  # linear_loss.ChunkedLoss
+    if not isinstance(traced, _Traced):  # chunked.ChunkedLoss
         return traced.run(tensors)
     if traced.consts:
         tensors = tuple(tensors) + traced.consts
@@ -1397,7 +1399,7 @@ def _run(traced, tensors):
         t = tensors[i]
         if node.kind == "f" and t.dtype is not cdt:
             t = t if cdt is torch.float32 and t.dtype in (torch.bfloat16, torch.float16) else t.to(cdt)  # read 16 bits
-        t = _expanded(t, how, traced.base)
+        t = expanded(t, how, traced.base)
         t = _contiguous(t)
         if t is not tensors[i]:  # a copy remembers its source, whose in-place changes torch would see
             t._autogen_src = tensors[i]
@@ -1408,7 +1410,7 @@ def _run(traced, tensors):
     for (node, expr), quick in zip(traced.index_inputs, fast):
         x = tensors[quick[0]] if quick is not None else None
         if x is not None and x.dtype is torch.int64 and x.is_contiguous():  # where(x != v, x, fill), checked
-            src = _flat_np(x)
+            src = flat_np(x)
             out = np.empty(src.size, np.int64)
             bad = _where_ne(src, quick[1], quick[2], C, out)
             idx = torch.from_numpy(out)
@@ -1417,9 +1419,9 @@ def _run(traced, tensors):
                 idx = tensors[traced.sources[expr.attr]].detach().reshape(-1)
                 idx = idx if idx.dtype is torch.int64 else idx.long()
             else:
-                idx = _eval_index(expr, tensors, traced)
+                idx = eval_index(expr, tensors, traced)
             idx = idx if idx.is_contiguous() else idx.contiguous()
-            bad = _first_bad_target(idx.numpy(), C, None) if idx.numel() else -1
+            bad = first_bad_target(idx.numpy(), C, None) if idx.numel() else -1
         if bad >= 0:
             raise RuntimeError(f"index {int(idx[bad])} is out of bounds for dimension 1 with size {C}")
         args.append(idx)
@@ -1586,15 +1588,16 @@ def autogen_loss(cls=None, *, strict=None):
     def traced_forward(self, *args, **kwargs):
         if not getattr(self, "use_autogen", False):
             return forward(self, *args, **kwargs)
-        if _ops.compiling():  # one autogen::call, which reads the policy when it runs (Dynamo's guards do
+        rung = route(args)
+        if rung is COMPILE:  # one autogen::call, which reads the policy when it runs (Dynamo's guards do
             return _ops.module_call(self, forward, args, kwargs)  # not see the thread's policy() blocks)
-        if get_policy() == "disabled" or tracing():  # inside another @autogen_loss's trace: part of its graph
+        if get_policy() == "disabled" or rung is TRACE:  # inside another @autogen_loss's trace: part of its graph
             return forward(self, *args, **kwargs)
         if kwargs or not args or not all(isinstance(a, torch.Tensor) for a in args):
             return _eager(self, forward, args, kwargs, cls, "keyword or non-tensor arguments", "", strict)
-        if not tracing() and _ops.symbolic(*args):  # fake or meta tensors, non-strict torch.export
+        if rung is SYMBOLIC:  # fake or meta tensors, non-strict torch.export
             return _ops.module_call(self, forward, args, kwargs)
-        if _transformed(args):  # torch.func / forward-mode AD: the module as written, whose torch ops they see
+        if rung is TRANSFORM:  # torch.func / forward-mode AD: the module as written, whose torch ops they see
             return forward(self, *args, **kwargs)
         cache = cls.__dict__.get("_autogen_traces")
         if cache is None:
@@ -1606,26 +1609,26 @@ def autogen_loss(cls=None, *, strict=None):
             saved = _snapshot(self)
             try:
                 entry = _trace(self, forward, args, cls)
-            except _Unsupported as exc:
+            except Unsupported as exc:
                 entry = exc
             except TracingError:
                 raise
             except Exception as exc:  # noqa: BLE001 - a lowering the rules did not foresee: never a crash
-                entry = _Unsupported(_why("lowering failed", exc), "")
+                entry = Unsupported(_why("lowering failed", exc), "")
             finally:
                 changed = _restore(saved)
             if changed:  # a forward that updates its module's state runs eagerly: once per call, as torch's
-                entry = _Unsupported("the forward changes the module's state (a buffer, parameter or attribute)", "")
+                entry = Unsupported("the forward changes the module's state (a buffer, parameter or attribute)", "")
             with _lock:
                 cache[key] = entry
-        if isinstance(entry, _Unsupported):
+        if isinstance(entry, Unsupported):
             return _eager(self, forward, args, kwargs, cls, entry.op, entry.line, strict, entry.error)
         try:
             return _run(entry, args)
         except Exception as exc:
             if not isinstance(exc, AutogenError) and not type(exc).__module__.startswith("numba"):
                 raise  # the inputs' own error (a class index out of range): torch's, as eagerly
-            failed = _Unsupported(_why("the fused kernel failed", exc), "",
+            failed = Unsupported(_why("the fused kernel failed", exc), "",
                                   error=type(exc) if isinstance(exc, AutogenError) else CompileError)
             with _lock:
                 cache[key] = failed  # later calls of this signature run eagerly at once

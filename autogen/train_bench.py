@@ -25,7 +25,7 @@ import autogen
 from autogen import functional as AF
 from autogen import nn as ANN
 
-from .bench import measure, peak_mb
+from .timing import measure, peak_mb
 
 VARIANTS = ("eager", "autogen", "compile", "compile+autogen")
 # (full size, --quick size) per model: the sizes, and ones small enough for a smoke run

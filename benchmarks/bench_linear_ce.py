@@ -141,12 +141,12 @@ def child(a):
 
 def _rows_per_chunk(rows, fn, *args):
     """fn(*args) with @autogen_loss chunks of `rows` rows (a scalar loss's gradients come in its forward)."""
-    from autogen import linear_loss
-    saved, linear_loss.TRACED_CHUNK_ROWS = linear_loss.TRACED_CHUNK_ROWS, rows
+    from autogen import chunked
+    saved, chunked.TRACED_CHUNK_ROWS = chunked.TRACED_CHUNK_ROWS, rows
     try:
         return fn(*args)
     finally:
-        linear_loss.TRACED_CHUNK_ROWS = saved
+        chunked.TRACED_CHUNK_ROWS = saved
 
 
 def main():

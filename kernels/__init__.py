@@ -3,6 +3,10 @@
 PRIMITIVES: (primitive name, argument levels) -> fn(*layout tensors) -> layout tensor.
 FUSED: loss name -> engine factory with `supports(problem)`; see kernels/losses.py.
 """
-from .elementwise import PRIMITIVES  # noqa: F401
-from .losses import FUSED  # noqa: F401
-from .nonlinear import NONLINEAR  # noqa: F401
+from autogen.executor import HANDWRITTEN
+
+from .elementwise import PRIMITIVES
+from .losses import FUSED
+from .nonlinear import NONLINEAR
+
+HANDWRITTEN.update(PRIMITIVES=PRIMITIVES, FUSED=FUSED, NONLINEAR=NONLINEAR)

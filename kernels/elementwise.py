@@ -13,8 +13,9 @@ import torch
 from numba import njit
 
 from autogen import mathlib
-from autogen.codegen import _MATHLIB, CACHED_JIT, stable_key
-from autogen.executor import pooled_like, split_run
+from autogen.codegen import MATHLIB_SALT, CACHED_JIT, stable_key
+from autogen.launch import split_run
+from autogen.pool import pooled_like
 from autogen.ir import ELEM
 from autogen.primitives import PRIMS
 
@@ -26,7 +27,7 @@ UNARY = {"neg": operator.neg, "abs": abs, "exp": mathlib.exp, "log": mathlib.log
 BINARY = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv}
 
 
-def _unary_kernel(op, salt=_MATHLIB):
+def _unary_kernel(op, salt=MATHLIB_SALT):
     @stable_key
     @njit(**_JIT)
     def kernel(lo, hi, a, out):
@@ -37,7 +38,7 @@ def _unary_kernel(op, salt=_MATHLIB):
     return kernel
 
 
-def _binary_kernel(op, salt=_MATHLIB):
+def _binary_kernel(op, salt=MATHLIB_SALT):
     @stable_key
     @njit(**_JIT)
     def kernel(lo, hi, a, b, out):

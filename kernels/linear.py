@@ -19,19 +19,16 @@ import torch
 from numba import njit
 
 from autogen import mathlib
-from autogen.codegen import _MATHLIB, CACHED_JIT, stable_key
+from autogen.codegen import MATHLIB_SALT, CACHED_JIT, stable_key
 
 _JIT = CACHED_JIT
 NP = {torch.float32: np.float32, torch.float64: np.float64}
 
 
 @functools.lru_cache(maxsize=None)
-def ce_rows(F, want_grad, smoothing, capped, zloss, bf16=False, salt=_MATHLIB):
-    """Rows [lo, hi) of a chunk. The options that add passes or terms are closure constants, so each
-    variant keeps only its own loops (the common one: max, sum of exp, gradient). bf16: x holds the
-    bits (uint16) of bfloat16 logits; each row is widened into a float32 scratch row (a shift: a
-    bfloat16 is the top half of a float32), computed there, and its gradient rounded back to
-    bfloat16 (to nearest even) in place, so the chunk needs no float32 copy."""
+def ce_rows(F, want_grad, smoothing, capped, zloss, bf16=False, salt=MATHLIB_SALT):
+    """Rows [lo, hi) of a chunk; options are closure constants, so each variant keeps only its own loops. bf16:
+    x holds bfloat16 bits, each row widened into a float32 scratch row and its gradient rounded back in place."""
     @stable_key
     @njit(**_JIT)
     def rows(lo, hi, x, C, t, ignore, f, eps, zl, cap, loss, lse_out):

@@ -19,8 +19,10 @@ from numba import njit
 
 from autogen import decompositions as D
 from autogen import mathlib
-from autogen.codegen import _MATHLIB, CACHED_JIT, stable_key
-from autogen.executor import _ZERO, _flat_np, host, pooled_flat, scale_grads, split_run
+from autogen.codegen import MATHLIB_SALT, CACHED_JIT, stable_key
+from autogen.executor import scale_grads
+from autogen.launch import split_run
+from autogen.pool import flat_np, host, NP_ZERO, pooled_flat
 from autogen.ir import SCALAR
 from autogen.policies import note
 
@@ -31,14 +33,14 @@ _NP = {torch.float32: np.float32, torch.float64: np.float64}
 
 @stable_key
 @njit(inline="always")
-def _same(v):
+def as_is(v):
     return v
 
 
 # how a kernel reads and writes a tensor of each dtype: 16-bit data as uint16 bits, widened to float32 in
 # registers and rounded once when stored (autogen.mathlib); float32 and float64 as they are
-_LOAD = {torch.bfloat16: mathlib.widen_bf16, torch.float16: mathlib.widen_f16}
-_STORE = {torch.bfloat16: mathlib.narrow_bf16, torch.float16: mathlib.narrow_f16}
+LOAD16 = {torch.bfloat16: mathlib.widen_bf16, torch.float16: mathlib.widen_f16}
+STORE16 = {torch.bfloat16: mathlib.narrow_bf16, torch.float16: mathlib.narrow_f16}
 
 
 @njit(**_JIT)
@@ -54,7 +56,7 @@ def _ce_denominator(ta, R, w, ignore):
 
 
 @functools.lru_cache(maxsize=None)
-def _ce_rows(F, want_grad, lx=_same, lw=_same, sg=None, salt=_MATHLIB):
+def _ce_rows(F, want_grad, lx=as_is, lw=as_is, sg=None, salt=MATHLIB_SALT):
     """Cross-entropy rows in blocks [lo, hi) of rb rows: max, sum of exp, loss, gradient.
 
     want_grad is a closure constant, not an argument: each variant keeps only its own loops. lx, lw: how
@@ -65,7 +67,7 @@ def _ce_rows(F, want_grad, lx=_same, lw=_same, sg=None, salt=_MATHLIB):
     def rows(lo, hi, xa, xz, ta, R, w, ignore, C, rb, gscale, grad, part):
         salt  # noqa: B018 - in the closure only, to key numba's cache on mathlib
         # x (R x C, its element type xz's: 16-bit data as its bits) and the R int64 targets t from their
-        # addresses: a numpy view of each costs ~1 us a call to make
+        # addresses: a numpy view of each costs more to make
         x = numba.carray(mathlib.at(xa, xz), R * C)
         t = numba.carray(mathlib.at(ta, np.int64(0)), R)
         ex = np.empty(C if want_grad and sg is not None else 0, F)  # the row's exps (in L1)
@@ -115,12 +117,12 @@ def _ce_rows(F, want_grad, lx=_same, lw=_same, sg=None, salt=_MATHLIB):
 
 
 @functools.lru_cache(maxsize=None)
-def _mse_kernel(F, want_x, want_t, lx=_same, ly=_same, sx=_same, sy=_same, salt=_MATHLIB):
+def _mse_kernel(F, want_x, want_t, lx=as_is, ly=as_is, sx=as_is, sy=as_is, salt=MATHLIB_SALT):
     """Blocks [lo, hi): sum of (x - t)^2; gradients c*(x - t) and its negative (lx, ly: how x and y are
     read; sx, sy: how their gradients are stored). The sum is float64, but a block of two inputs of one
     16-bit dtype (a 16-bit result) sums in float32, whose rounding is far below the result's: with the
     float64 sum's conversions that kernel was bound by arithmetic, not memory."""
-    A = np.float32 if lx is ly and lx is not _same else np.float64
+    A = np.float32 if lx is ly and lx is not as_is else np.float64
 
     @stable_key
     @njit(**_JIT)
@@ -197,7 +199,7 @@ def _arr(t, dtype=None):
     its uint16 bits)."""
     if t is None:
         return np.empty(0, dtype=dtype)
-    return _flat_np(t)
+    return flat_np(t)
 
 
 def _total(part):
@@ -224,22 +226,22 @@ class CrossEntropy(_Engine):
         weighted = len(tensors) > 2
         # kernel, block split and unweighted class weights per problem, dtypes and grad need: found once
         key = (needs[0], x.dtype, tensors[2].dtype if weighted else None)
-        hit = prob.__dict__.get("_ce")
+        hit = prob.memo.get("ce")
         if hit is None or hit[0] != key:
             F = _NP[prob.dtype]
             w = tensors[2] if weighted else _ones(prob.C, prob.dtype)
-            rows = _ce_rows(F, needs[0], _LOAD.get(x.dtype, _same), _LOAD.get(w.dtype, _same), _STORE.get(x.dtype))
+            rows = _ce_rows(F, needs[0], LOAD16.get(x.dtype, as_is), LOAD16.get(w.dtype, as_is), STORE16.get(x.dtype))
             rb = max(1, _BLOCK // max(prob.C, 1))
-            ones = None if weighted else (_arr(w), _arr(w.float()) if w.dtype in _LOAD else _arr(w))
-            hit = prob._ce = (key, F, rows, self._graphs[prob.graph] == "mean", rb, -(-prob.R // rb), ones)
+            ones = None if weighted else (_arr(w), _arr(w.float()) if w.dtype in LOAD16 else _arr(w))
+            hit = prob.memo["ce"] = (key, F, rows, self._graphs[prob.graph] == "mean", rb, -(-prob.R // rb), ones)
         F, rows, mean, rb, blocks, ones = hit[1:]
         R, C, ignore = prob.R, prob.C, prob.params["ignore_index"]
         grad, ga = _empty(x, needs[0], _none(F))
         ta = t.data_ptr()  # contiguous int64 (functional's target check made it so)
         if ones is None:
             w = tensors[2]
-            wa = _flat_np(w)
-            wd = _flat_np(w.float()) if w.dtype in _LOAD else wa  # the denominator's weights in float32
+            wa = flat_np(w)
+            wd = flat_np(w.float()) if w.dtype in LOAD16 else wa  # the denominator's weights in float32
         else:
             wa, wd = ones
         # 'mean' divides by the weight sum, found first (a pass over R targets) so that the gradient
@@ -247,7 +249,7 @@ class CrossEntropy(_Engine):
         denom = _ce_denominator(ta, R, wd, ignore) if mean else 1.0 / prob.params["scale"]
         gscale = F(_ratio(1.0, float(denom)))  # inf for 0: NaN gradients, as torch's
         part = np.empty(blocks, dtype=np.float64)
-        split_run(rows, blocks, (x.data_ptr(), _ZERO[x.dtype], ta, R, wa, ignore, C, rb, gscale, ga, part), work=R * C)
+        split_run(rows, blocks, (x.data_ptr(), NP_ZERO[x.dtype], ta, R, wa, ignore, C, rb, gscale, ga, part), work=R * C)
         loss = _ratio(_total(part), float(denom))
         return _scalar(loss, F), [grad] + [None] * (len(tensors) - 1)
 
@@ -268,18 +270,18 @@ class MSE(_Engine):
         if not (x.is_contiguous() and y.is_contiguous() and x.is_cpu and y.is_cpu):
             x, y = host(x), host(y)  # the kernel reads them from their addresses
         # kernel, dtype and gradient factor per problem and grad needs: looked up once (an lru_cache of seven
-        # arguments costs ~1 us a call)
+        # arguments costs more)
         key = (needs, x.dtype, y.dtype)
-        hit = prob.__dict__.get("_mse")
+        hit = prob.memo.get("mse")
         if hit is None or hit[0] != key:
             F = _NP[prob.dtype]
-            kernel = _mse_kernel(F, needs[0], needs[1], _LOAD.get(x.dtype, _same), _LOAD.get(y.dtype, _same),
-                                 _STORE.get(x.dtype, _same), _STORE.get(y.dtype, _same))
-            hit = prob._mse = (key, F, kernel, F(2.0 * prob.params["scale"]), -(-prob.n // _BLOCK), _none(F))
+            kernel = _mse_kernel(F, needs[0], needs[1], LOAD16.get(x.dtype, as_is), LOAD16.get(y.dtype, as_is),
+                                 STORE16.get(x.dtype, as_is), STORE16.get(y.dtype, as_is))
+            hit = prob.memo["mse"] = (key, F, kernel, F(2.0 * prob.params["scale"]), -(-prob.n // _BLOCK), _none(F))
         F, kernel, c, blocks, none = hit[1:]
         (gx, gxa), (gy, gya) = _empty(x, needs[0], none), _empty(y, needs[1], none)
         part = np.empty(blocks, dtype=np.float64)
-        split_run(kernel, blocks, (x.data_ptr(), _ZERO[x.dtype], y.data_ptr(), _ZERO[y.dtype], prob.n, c, gxa, gya,
+        split_run(kernel, blocks, (x.data_ptr(), NP_ZERO[x.dtype], y.data_ptr(), NP_ZERO[y.dtype], prob.n, c, gxa, gya,
                                    part), work=prob.n)
         total = _total(part)
         return _scalar(total * prob.params["scale"], F), [gx, gy]

@@ -18,7 +18,7 @@ kernel copies (float64 and a single element: +inf, ATen's).
 Kernels are built per dtype by closures (every constant is of the data's float type, so float32
 data gets float32 math) and run over fixed blocks of elements, split across threads by split_run.
 bfloat16 and float16 data is read and written as it is in memory (its uint16 bits): widened to
-float32 in registers and rounded once when stored (ld and st, kernels.losses' _LOAD and _STORE).
+float32 in registers and rounded once when stored (ld and st, kernels.losses' LOAD16 and STORE16).
 """
 import functools
 import math
@@ -31,11 +31,12 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from autogen import mathlib
-from autogen.codegen import _MATHLIB, CACHED_JIT, stable_key
-from autogen.executor import _flat_np, _out_array, pooled, pooled_flat, pooled_like, split_run
+from autogen.codegen import MATHLIB_SALT, CACHED_JIT, stable_key
+from autogen.launch import split_run
+from autogen.pool import flat_np, out_array, pooled, pooled_flat, pooled_like
 from autogen.policies import note
 
-from .losses import _LOAD, _STORE, _same
+from .losses import LOAD16, STORE16, as_is
 
 _JIT = CACHED_JIT
 _BLOCK = 1 << 14  # elements per block
@@ -85,7 +86,7 @@ def _erf(F):
 
 
 @functools.lru_cache(maxsize=None)
-def _gelu_kernels(F, tanh, ld=_same, st=_same, salt=_MATHLIB):
+def _gelu_kernels(F, tanh, ld=as_is, st=as_is, salt=MATHLIB_SALT):
     """gelu: 0.5 x (1 + erf(x / sqrt 2)), or 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
     ZERO, HALF, ONE, MHALF = F(0.0), F(0.5), F(1.0), F(-0.5)
     ALPHA, PDF, BETA, KAPPA = F(_SQRT1_2), F(_PDF), F(_BETA), F(_KAPPA)
@@ -147,7 +148,7 @@ def _gelu_kernels(F, tanh, ld=_same, st=_same, salt=_MATHLIB):
 
 
 @functools.lru_cache(maxsize=None)
-def _silu_kernels(F, ld=_same, st=_same, salt=_MATHLIB):
+def _silu_kernels(F, ld=as_is, st=as_is, salt=MATHLIB_SALT):
     """silu(x) = x sigmoid(x), gradient s (1 + x (1 - s)), in torch's form: x / (1 + exp(-x)) and
     s = 1 / (1 + exp(-x)), so exp(-x) = inf gives -0.0 where torch's does, NaN at -inf (and the
     gradient NaN at +-inf) as torch's."""
@@ -181,13 +182,13 @@ def _silu_kernels(F, ld=_same, st=_same, salt=_MATHLIB):
 def _run(kernel, x, *rest):
     """kernel over x's blocks; the other arguments tensors (as arrays) or numbers."""
     n = x.numel()
-    split_run(kernel, -(-n // _BLOCK), (_flat_np(x),) + tuple(_flat_np(t) if isinstance(t, torch.Tensor) else t
+    split_run(kernel, -(-n // _BLOCK), (flat_np(x),) + tuple(flat_np(t) if isinstance(t, torch.Tensor) else t
                                                              for t in rest), work=n)
 
 
 def _io(dtype):
     """How a kernel loads and stores data of `dtype`: 16 bits widened to float32 and rounded once."""
-    return _LOAD.get(dtype, _same), _STORE.get(dtype, _same)
+    return LOAD16.get(dtype, as_is), STORE16.get(dtype, as_is)
 
 
 class _Engine:
@@ -256,7 +257,7 @@ def _glu_unit(u, L, nch):
 
 
 @functools.lru_cache(maxsize=None)
-def _glu_kernels(F, ld=_same, st=_same, salt=_MATHLIB):
+def _glu_kernels(F, ld=as_is, st=as_is, salt=MATHLIB_SALT):
     """Units [lo, hi) (a chunk of one row of `nch` chunks): y = a * sigmoid(b) from the row's halves a, b of
     length L; backward g * s into a's place and g * a * s * (1 - s) into b's (the generated kernel's order)."""
     ONE = F(1.0)
@@ -305,7 +306,7 @@ class GLU:
         shape[dim] //= 2
         out = pooled(x.numel() // 2, x.dtype, shape)  # not a view: the caller may change it in place
         units, L, nch = self._units(x, dim)
-        split_run(_glu_kernels(self.F, *_io(x.dtype))[0], units, (_flat_np(x), _flat_np(out), L, nch),
+        split_run(_glu_kernels(self.F, *_io(x.dtype))[0], units, (flat_np(x), flat_np(out), L, nch),
                   work=x.numel())
         return out
 
@@ -313,7 +314,7 @@ class GLU:
         gout = (gout if gout.dtype is x.dtype else gout.to(x.dtype)).contiguous()
         grad, ga = pooled_flat(x)
         units, L, nch = self._units(x, dim)
-        split_run(_glu_kernels(self.F, *_io(x.dtype))[1], units, (_flat_np(x), _flat_np(gout), ga, L, nch),
+        split_run(_glu_kernels(self.F, *_io(x.dtype))[1], units, (flat_np(x), flat_np(gout), ga, L, nch),
                   work=x.numel())
         return grad
 
@@ -377,7 +378,7 @@ def _has_bit(typingctx, byte, bit):
 
 
 @functools.lru_cache(maxsize=None)
-def _masked_forward(F, op, with_mask, ld=_same, st=_same, salt=_MATHLIB):
+def _masked_forward(F, op, with_mask, ld=as_is, st=as_is, salt=MATHLIB_SALT):
     """value and bit-packed mask (1 where the derivative is `on`) of op `op` (an index into MASKED), params
     a, b; the value alone without `with_mask` (no gradient wanted)."""
     ZERO, SIX, THREE = F(0.0), F(6.0), F(3.0)
@@ -426,7 +427,7 @@ def _masked_forward(F, op, with_mask, ld=_same, st=_same, salt=_MATHLIB):
 
 
 @functools.lru_cache(maxsize=None)
-def _masked_backward(F, zero_off, ld=_same, st=_same, salt=_MATHLIB):
+def _masked_backward(F, zero_off, ld=as_is, st=as_is, salt=MATHLIB_SALT):
     """grad = g * on where the mask bit is set, else g * off (0, not 0 * g, when off is 0: g may be inf)."""
     ZERO = F(0.0)
 
@@ -477,9 +478,9 @@ class MaskedEngine:
     @classmethod
     def of(cls, prob, reason):
         """The problem's engine for `reason` (made at its first call)."""
-        engine = prob.__dict__.get("_masked")
+        engine = prob.memo.get("masked")
         if engine is None or engine.reason != reason:
-            engine = prob._masked = cls(prob, reason)
+            engine = prob.memo["masked"] = cls(prob, reason)
         return engine
 
     @classmethod
@@ -497,11 +498,11 @@ class MaskedEngine:
         out, oa = pooled_flat(x)  # x's shape, not a view of the pool's memory: the caller may change it in place
         if with_mask:
             nbytes = _mask_bytes(n)
-            ma = _out_array(nbytes, np.uint8, nbytes)
+            ma = out_array(nbytes, np.uint8, nbytes)
             mask = torch.from_numpy(ma)
         else:
             ma, mask = _NO_MASK, None
-        split_run(kernel, -(-n // _BLOCK), (_flat_np(x), oa, ma) + self.args, work=n)
+        split_run(kernel, -(-n // _BLOCK), (flat_np(x), oa, ma) + self.args, work=n)
         note(self.prob.graph.name, self.path, True, "forward", self.reason)
         return out, mask
 
@@ -515,7 +516,7 @@ class MaskedEngine:
             kernel = self.kernels[gout.dtype] = _masked_backward(self.F, self.off == 0, *_io(gout.dtype))
         grad, ga = pooled_flat(gout)
         n = gout.numel()
-        split_run(kernel, -(-n // _BLOCK), (_flat_np(gout), mask.numpy(), ga, self.on, self.off), work=n)
+        split_run(kernel, -(-n // _BLOCK), (flat_np(gout), mask.numpy(), ga, self.on, self.off), work=n)
         return grad
 
     def backward_ops(self, mask, gout):

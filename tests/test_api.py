@@ -237,7 +237,7 @@ def test_calm_is_false_while_a_block_is_open_in_any_thread(block):
 
 
 def test_calm_is_false_under_a_process_wide_aggressive_policy():
-    calm, layers = autogen.policies.calm, autogen.policies._policy_layers
+    calm, layers = autogen.policies.calm, autogen.policies.policy_layers
     saved = dict(layers)
     try:
         autogen.set_policy("aggressive")

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as TF
 
 import autogen
-from autogen import corpus, executor
+from autogen import checks, corpus, executor, graphs, launch, pool
 from autogen import functional as AF
 from cases import CASES, DTYPES, assert_matches, autograd_nodes, compare, magnitude
 
@@ -20,9 +20,9 @@ def test_a_second_call_reuses_the_launch_plan_of_the_first(dtype, reduction):
     compare(fn, ref, [x.requires_grad_(), t], paths=["autogen"], fused=True)
     graph = AF.D.pointwise("mse_loss", reduction, False)
     plan = executor.fused_plan(graph, (True, False), dtype)
-    launch = plan.forward._launch
+    launch = plan.forward.memo["launch"]
     compare(fn, ref, [x, t], paths=["autogen"], fused=True)
-    assert plan.forward._launch is launch and launch.dtype is dtype
+    assert plan.forward.memo["launch"] is launch and launch.dtype is dtype
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -79,7 +79,7 @@ def test_the_target_check_finds_the_first_bad_target(n, bad, ignore):
     for i, v in bad.items():
         t[i] = v
     want = next((i for i, k in enumerate(t.tolist()) if k != ignore and not 0 <= k < 5), -1)
-    assert AF._first_bad_target(t.numpy(), 5, ignore) == want
+    assert checks.first_bad_target(t.numpy(), 5, ignore) == want
 
 
 @pytest.mark.parametrize("policy, name, path", [("medium", "mse_loss", "handwritten"),
@@ -87,15 +87,15 @@ def test_the_target_check_finds_the_first_bad_target(n, bad, ignore):
 def test_a_kernel_is_timed_for_its_first_calls_only(monkeypatch, policy, name, path):
     """A call of at least _RATE_MIN elements times its kernel (the speed that picks one thread or several)
     for the kernel's first _SAMPLES such calls; later calls run untimed and give the same numbers."""
-    timed, real = [], executor._timed
-    monkeypatch.setattr(executor, "_timings", {})
-    monkeypatch.setattr(executor, "_timed", lambda k, w, call: (timed.append(k), real(k, w, call)))
-    x, t = torch.randn(64, executor._RATE_MIN // 32), torch.randn(64, executor._RATE_MIN // 32)
-    for _ in range(executor._SAMPLES + 4):
+    timed, real = [], launch._timed
+    monkeypatch.setattr(launch, "_timings", {})
+    monkeypatch.setattr(launch, "_timed", lambda k, w, call: (timed.append(k), real(k, w, call)))
+    x, t = torch.randn(64, launch._RATE_MIN // 32), torch.randn(64, launch._RATE_MIN // 32)
+    for _ in range(launch._SAMPLES + 4):
         compare(lambda a, b: getattr(AF, name)(a, b, use_autogen=True), getattr(TF, name),
                 [x.requires_grad_(), t], policy=policy, paths=[path], fused=True)
-    assert timed and all(timed.count(k) <= executor._SAMPLES + 1 for k in timed), [timed.count(k) for k in timed]
-    assert all(executor._timings[k, x.numel().bit_length()] == executor._SAMPLES for k in timed)
+    assert timed and all(timed.count(k) <= launch._SAMPLES + 1 for k in timed), [timed.count(k) for k in timed]
+    assert all(launch._timings[k, x.numel().bit_length()] == launch._SAMPLES for k in timed)
 
 
 def test_threads_wait_for_every_timed_sample(monkeypatch):
@@ -103,15 +103,15 @@ def test_threads_wait_for_every_timed_sample(monkeypatch):
     caches, fresh memory) picked threads for good, which cost a small kernel more than it saved."""
     kernel = object()
     key = (kernel, (1 << 16).bit_length())  # rates are per kernel and size class
-    monkeypatch.setattr(executor, "_rates", {key: 1.0})  # a second an element: threads at any size
-    monkeypatch.setattr(executor, "_timings", {key: 1})
+    monkeypatch.setattr(launch, "_rates", {key: 1.0})  # a second an element: threads at any size
+    monkeypatch.setattr(launch, "_timings", {key: 1})
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    assert not executor._use_threads(kernel, 1 << 16, 4)
-    executor._timings[key] = executor._SAMPLES
-    assert executor._use_threads(kernel, 1 << 16, 4)
-    assert not executor._use_threads(kernel, 1 << 17, 4), "another size class has its own samples"
-    executor._rates[key] = executor._PAR_SECONDS / (1 << 17)  # one thread takes half the limit
-    assert not executor._use_threads(kernel, 1 << 16, 4)
+    assert not launch._use_threads(kernel, 1 << 16, 4)
+    launch._timings[key] = launch._SAMPLES
+    assert launch._use_threads(kernel, 1 << 16, 4)
+    assert not launch._use_threads(kernel, 1 << 17, 4), "another size class has its own samples"
+    launch._rates[key] = launch._PAR_SECONDS / (1 << 17)  # one thread takes half the limit
+    assert not launch._use_threads(kernel, 1 << 16, 4)
 
 
 def test_an_input_of_another_dtype_than_the_specialised_one_takes_the_dispatcher():
@@ -119,12 +119,12 @@ def test_an_input_of_another_dtype_than_the_specialised_one_takes_the_dispatcher
     dtypes (a float64 input to a float32 plan) goes through numba's dispatcher and gets the right numbers."""
     x, t = torch.randn(6, 7), torch.randn(6, 7)
     graph = AF.D.pointwise("mse_loss", "sum", False)
-    prob = executor.Problem(graph, x.numel(), 0, 0, torch.float32, {"scale": 1.0})
+    prob = graphs.Problem(graph, x.numel(), 0, 0, torch.float32, {"scale": 1.0})
     plan = executor.fused_plan(graph, (False, False), torch.float32)
-    launch = executor.launch_of(plan.forward, torch.float32)
-    first = launch.run(prob, (x, t), prob.params)[0]
-    assert launch.entry and launch.in_dtypes == (executor._ZERO[torch.float32],) * 2
-    wide = launch.run(prob, (x.double(), t.double()), prob.params)[0]
+    lp = launch.launch_of(plan.forward, torch.float32)
+    first = lp.run(prob, (x, t), prob.params)[0]
+    assert lp.entry and lp.in_dtypes == (pool.NP_ZERO[torch.float32],) * 2
+    wide = lp.run(prob, (x.double(), t.double()), prob.params)[0]
     assert_matches(first, TF.mse_loss(x, t, reduction="sum"), magnitude((), [x, t]))
     assert_matches(wide, TF.mse_loss(x.double(), t.double(), reduction="sum").float(), magnitude((), [x, t]))
 
@@ -134,11 +134,11 @@ def test_a_launch_reads_a_non_contiguous_input_in_its_logical_order():
     copy (held through the call), so the result is torch's, not one over the memory order."""
     x, t = torch.randn(7, 6).t(), torch.randn(6, 7)
     graph = AF.D.pointwise("mse_loss", "sum", False)
-    prob = executor.Problem(graph, x.numel(), 0, 0, torch.float32, {"scale": 1.0})
+    prob = graphs.Problem(graph, x.numel(), 0, 0, torch.float32, {"scale": 1.0})
     plan = executor.fused_plan(graph, (False, False), torch.float32)
-    launch = executor.launch_of(plan.forward, torch.float32)
+    lp = launch.launch_of(plan.forward, torch.float32)
     for _ in range(2):  # through the dispatcher, then the specialised entry
-        got = launch.run(prob, (x, t), prob.params)[0]
+        got = lp.run(prob, (x, t), prob.params)[0]
         assert_matches(got, TF.mse_loss(x, t, reduction="sum"), magnitude((), [x, t]))
 
 
@@ -147,14 +147,14 @@ def test_a_kernel_is_never_handed_the_address_of_memory_off_the_cpu():
     kernel could read its address; the handwritten kernels and the target check too."""
     x, t = torch.randn(6, 7, device="meta"), torch.randn(6, 7, device="meta")
     graph = AF.D.pointwise("mse_loss", "sum", False)
-    prob = executor.Problem(graph, x.numel(), 0, 0, torch.float32, {"scale": 1.0})
-    launch = executor.launch_of(executor.fused_plan(graph, (False, False), torch.float32).forward, torch.float32)
+    prob = graphs.Problem(graph, x.numel(), 0, 0, torch.float32, {"scale": 1.0})
+    lp = launch.launch_of(executor.fused_plan(graph, (False, False), torch.float32).forward, torch.float32)
     with pytest.raises(TypeError, match="meta tensor"):
-        launch.run(prob, (x, t), prob.params)
+        lp.run(prob, (x, t), prob.params)
     with pytest.raises(TypeError, match="meta tensor"):
-        AF._check_targets(torch.tensor([1, 2], device="meta"), 5, -100)
+        checks.check_targets(torch.tensor([1, 2], device="meta"), 5, -100)
     from autogen.kernels import losses
-    mse = losses.MSE(executor.Problem(AF.D.pointwise("mse_loss", "mean", False), 42, 0, 0, torch.float32,
+    mse = losses.MSE(graphs.Problem(AF.D.pointwise("mse_loss", "mean", False), 42, 0, 0, torch.float32,
                                       {"scale": 1 / 42}), "test")
     with pytest.raises(TypeError, match="meta tensor"):
         mse.run((x, t), (True, False))

@@ -17,11 +17,11 @@ CWD = tempfile.gettempdir()
 
 @pytest.fixture(autouse=True)
 def clean_layers():
-    saved = (dict(policies._policy_layers), dict(policies._strict_layers), dict(config._cache_layers),
+    saved = (dict(policies.policy_layers), dict(policies.strict_layers), dict(config._cache_layers),
              dict(config._level_layers))
-    policies._policy_layers["code"] = policies._strict_layers["code"] = None
+    policies.policy_layers["code"] = policies.strict_layers["code"] = None
     yield
-    for layers, old in zip((policies._policy_layers, policies._strict_layers, config._cache_layers,
+    for layers, old in zip((policies.policy_layers, policies.strict_layers, config._cache_layers,
                             config._level_layers), saved):
         layers.clear()
         layers.update(old)
@@ -45,9 +45,9 @@ def test_config_sets_policy_and_returns_the_file(tmp_path):
 
 
 def test_precedence_code_over_config_over_env_over_default(tmp_path):
-    policies._policy_layers.update(code=None, config=None, env=None)
+    policies.policy_layers.update(code=None, config=None, env=None)
     assert autogen.get_policy() == "medium" and policies.policy_source() == "default"
-    policies._policy_layers["env"] = "disabled"
+    policies.policy_layers["env"] = "disabled"
     assert autogen.get_policy() == "disabled" and policies.policy_source() == "env"
     autogen.load_config(_yaml(tmp_path, "runconfig: {autogen_policy: aggressive}\n"))
     assert autogen.get_policy() == "aggressive" and policies.policy_source() == "config"
@@ -101,7 +101,7 @@ def test_logging_one_line_per_kernel(tmp_path, caplog, monkeypatch):
     import logging
 
     from autogen import compiler
-    monkeypatch.setattr(compiler, "_kernels", {})  # load again, from the new cache dir
+    monkeypatch.setattr(compiler, "compiled_kernels", {})  # load again, from the new cache dir
     autogen.load_config(_yaml(tmp_path, f"runconfig: {{autogen_log_level: debug, autogen_cache_dir: {tmp_path}}}\n"))
     with caplog.at_level(logging.DEBUG, logger="autogen"), autogen.policy("aggressive"):
         autogen.functional.huber_loss(torch.randn(7, 3), torch.randn(7, 3), delta=0.37, use_autogen=True)
@@ -271,7 +271,7 @@ def test_bench_children_import_the_installed_package_from_the_repository_root(mo
     from autogen import bench
     monkeypatch.chdir(ROOT)
     got = bench.child_json(bench.python_c("import json, autogen; from autogen import codegen; "
-                                          "print(json.dumps([autogen.__file__, codegen._ENV.get_template("
+                                          "print(json.dumps([autogen.__file__, codegen.TEMPLATES.get_template("
                                           "'kernel.py.j2').name]))"), {})
     assert not got[0].startswith(os.path.join(ROOT, "autogen")), got
     assert got[1] == "kernel.py.j2"

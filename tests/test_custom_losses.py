@@ -166,12 +166,12 @@ def test_disabled_policy_runs_eagerly():
 def test_new_batch_size_reuses_the_kernel_and_new_dtype_traces_again():
     from autogen import compiler
     compare(FocalLoss, _cls, (0,), torch.float32, n=12)
-    before = set(compiler._kernels)
+    before = set(compiler.compiled_kernels)
     traces = len(FocalLoss._autogen_traces)
     for n in (5, 40, 1):
         compare(FocalLoss, _cls, (0,), torch.float32, n=n)
     assert len(FocalLoss._autogen_traces) >= traces + 3  # one trace per shape, milliseconds each
-    assert set(compiler._kernels) == before, "a new batch size compiled a new kernel"
+    assert set(compiler.compiled_kernels) == before, "a new batch size compiled a new kernel"
     compare(FocalLoss, _cls, (0,), torch.float64, n=7)
 
 
@@ -209,7 +209,7 @@ def test_index_where_ne_in_one_pass(skip, fill, dtype, monkeypatch):
     """where(t != v, t, fill) as a gather index is computed and bounds-checked in one pass (no torch ops):
     the values and gradients of eager, and an index out of range raises as torch's gather does."""
     from autogen import tracing
-    monkeypatch.setattr(tracing, "_eval_index", lambda *a: pytest.fail("the index went through torch ops"))
+    monkeypatch.setattr(tracing, "eval_index", lambda *a: pytest.fail("the index went through torch ops"))
     g = torch.Generator().manual_seed(0)
     x = torch.randn(23, 5, dtype=dtype, generator=g, requires_grad=True)
     t = torch.randint(0, 5, (23,), generator=g)
@@ -378,7 +378,7 @@ def _fault(monkeypatch, stage):
     import numba
     import torch.fx.experimental.proxy_tensor as proxy
     from autogen import compiler, executor, tracing
-    monkeypatch.setattr(compiler, "_kernels", {})
+    monkeypatch.setattr(compiler, "compiled_kernels", {})
     monkeypatch.setattr(executor, "_plans", {})
     if stage == "trace":
         def boom(*a, **k):

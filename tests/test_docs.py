@@ -54,7 +54,7 @@ def test_paths_and_names_the_docs_mention_exist(doc):
                 importlib.util.find_spec(f"{obj.__name__}.{part}") and importlib.import_module(f"{obj.__name__}.{part}")
             assert hasattr(obj, part), f"{doc} names autogen.{dotted}, which does not exist"
             obj = getattr(obj, part)
-    for module, name in set(re.findall(r"(?<![\w.])(\w+)\.(_?[A-Za-z]\w*)\b", text)):  # functional._ATEN, executor.pooled
+    for module, name in set(re.findall(r"(?<![\w.])(\w+)\.(_?[A-Za-z]\w*)\b", text)):  # functional._ATEN, executor.fused_plan
         if os.path.exists(os.path.join(ROOT, "autogen", module + ".py")) and name not in ("py", "md", "j2"):
             mod = importlib.import_module("autogen." + module)
             assert hasattr(mod, name), f"{doc} names {module}.{name}, which does not exist"

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as TF
 
 import autogen
-from autogen import compiler, executor, functional as AF
+from autogen import compiler, executor, functional as AF, launch, pool
 from autogen.ir import ELEM, apply, input as leaf
 
 
@@ -26,13 +26,13 @@ def test_options_do_not_recompile():
     x, t = torch.randn(5, 4), torch.randn(5, 4)
     with autogen.policy("aggressive"):
         AF.huber_loss(x, t, delta=0.5, use_autogen=True)
-        before = len(compiler._kernels)
+        before = len(compiler.compiled_kernels)
         for delta in (0.1, 2.0, 7.0):
             for reduction in ("mean", "sum"):
                 out = AF.huber_loss(x, t, delta=delta, reduction=reduction, use_autogen=True)
                 torch.testing.assert_close(out, TF.huber_loss(x, t, delta=delta, reduction=reduction))
         AF.huber_loss(torch.randn(50, 3), torch.randn(50, 3), use_autogen=True)  # new size
-    assert len(compiler._kernels) == before
+    assert len(compiler.compiled_kernels) == before
 
 
 def test_compile_failure_warns_once_and_falls_back(monkeypatch):
@@ -40,8 +40,8 @@ def test_compile_failure_warns_once_and_falls_back(monkeypatch):
         raise RuntimeError("template exploded")
 
     monkeypatch.setattr(compiler, "render", broken)
-    monkeypatch.setattr(compiler, "_kernels", {})
-    monkeypatch.setattr(executor, "_warned", set())
+    monkeypatch.setattr(compiler, "compiled_kernels", {})
+    monkeypatch.setattr(launch, "_warned", set())
     x, t = torch.randn(3, 4, requires_grad=True), torch.randn(3, 4)
     with autogen.policy("aggressive"), warnings.catch_warnings(record=True) as caught, autogen.record() as rec:
         warnings.simplefilter("always")
@@ -56,7 +56,7 @@ def test_compile_failure_warns_once_and_falls_back(monkeypatch):
 
 def test_cache_files_are_named_by_content_and_rebuilt_when_corrupt(tmp_path, monkeypatch):
     monkeypatch.setenv("AUTOGEN_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(compiler, "_kernels", {})
+    monkeypatch.setattr(compiler, "compiled_kernels", {})
     x, t = torch.randn(4, 3), torch.randn(4, 3)
     with autogen.policy("aggressive"):
         AF.l1_loss(x, t, use_autogen=True)
@@ -65,7 +65,7 @@ def test_cache_files_are_named_by_content_and_rebuilt_when_corrupt(tmp_path, mon
     for f in files:  # truncate every entry: the next process must rebuild, not crash
         with open(tmp_path / f, "w") as fh:
             fh.write("def kernel(")
-    monkeypatch.setattr(compiler, "_kernels", {})
+    monkeypatch.setattr(compiler, "compiled_kernels", {})
     monkeypatch.setattr(executor, "_plans", {})  # a plan's specs hold their loaded kernels (run_spec's launch)
     with autogen.policy("aggressive"):
         torch.testing.assert_close(AF.l1_loss(x, t, use_autogen=True), TF.l1_loss(x, t))
@@ -76,7 +76,7 @@ def test_unwritable_cache_dir_compiles_in_memory(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     monkeypatch.setenv("AUTOGEN_CACHE_DIR", str(blocker / "sub"))
-    monkeypatch.setattr(compiler, "_kernels", {})
+    monkeypatch.setattr(compiler, "compiled_kernels", {})
     monkeypatch.setattr(compiler, "_warned_dirs", set())
     x, t = torch.randn(4, 3), torch.randn(4, 3)
     with autogen.policy("aggressive"), pytest.warns(RuntimeWarning, match="compiling in memory"):
@@ -99,8 +99,8 @@ def test_policy_from_environment():
 
 def test_threaded_variants_match_serial(monkeypatch):
     """Force the threaded path (prange kernels, the split_run trampoline) for every kernel kind."""
-    monkeypatch.setattr(executor, "_use_threads", lambda kernel, work, count: count > 1)
-    monkeypatch.setattr(executor, "_PAR_ELEMENTS", 0)  # generated kernels: their prange variant
+    monkeypatch.setattr(launch, "_use_threads", lambda kernel, work, count: count > 1)
+    monkeypatch.setattr(launch, "_PAR_ELEMENTS", 0)  # generated kernels: their prange variant
     x = torch.randn(40000, 8, requires_grad=True)
     t = torch.randint(0, 8, (40000,))
     y = torch.randn(40000, 8)
@@ -124,8 +124,8 @@ def test_threaded_variants_match_serial(monkeypatch):
             out = AF.l1_loss(x, y, reduction="sum")
         torch.testing.assert_close(out, TF.l1_loss(x, y, reduction="sum"))
         assert {c.path for c in rec.calls} == {"handwritten"} and not any(c.fused for c in rec.calls), rec.calls
-    assert not executor._serial_only, "the threaded trampoline failed to compile for a kernel"
-    assert any(p.signatures for p in list(executor._trampolines.values())), "no handwritten kernel ran threaded"
+    assert not launch._serial_only, "the threaded trampoline failed to compile for a kernel"
+    assert any(p.signatures for p in list(launch._trampolines.values())), "no handwritten kernel ran threaded"
 
 
 @pytest.mark.parametrize("name,way", [("sigmoid", "output"), ("silu", "derivative"), ("tanh", "output"),
@@ -178,7 +178,7 @@ def test_large_outputs_come_from_a_pool_and_are_never_shared_while_alive():
         logp, t = x.detach().log_softmax(-1), torch.randint(0, 1024, (512,))
         torch.testing.assert_close(AF.nll_loss(logp, t, use_autogen=True), TF.nll_loss(logp, t))
     autogen.empty_cache()
-    assert executor._pool == {} and executor.pool_bytes() == 0
+    assert pool._pool == {} and pool.pool_bytes() == 0
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
@@ -187,11 +187,11 @@ def test_pooled_outputs_start_on_a_cache_line(dtype):
     and every vector store to them then wrote two cache lines."""
     autogen.empty_cache()
     n = (1 << 20) // dtype.itemsize + 3
-    outs = [executor.pooled(n, dtype) for _ in range(3)] + [executor.pooled_flat(torch.empty(n + 5, dtype=dtype))[0]]
+    outs = [pool.pooled(n, dtype) for _ in range(3)] + [pool.pooled_flat(torch.empty(n + 5, dtype=dtype))[0]]
     assert all(o.data_ptr() % 64 == 0 and o.numel() in (n, n + 5) for o in outs), [o.data_ptr() % 64 for o in outs]
     first = outs[0].data_ptr()
     del outs
-    assert executor.pooled(n, dtype).data_ptr() == first  # reused as it was lent
+    assert pool.pooled(n, dtype).data_ptr() == first  # reused as it was lent
     autogen.empty_cache()
 
 
@@ -211,7 +211,7 @@ def test_handwritten_kernels_take_large_outputs_from_the_pool(call, monkeypatch)
         out = call(x, t)
         del out
         gc.collect()
-        free = {buf.ctypes.data for bufs in executor._pool.values() for buf in bufs}
+        free = {buf.ctypes.data for bufs in pool._pool.values() for buf in bufs}
         assert free  # returned to the pool when freed
         again = call(x, t)
     assert again.data_ptr() in free and "handwritten" in {c.path for c in rec.calls}
@@ -272,8 +272,8 @@ def test_pool_under_threads_frees_and_reuses_without_sharing_live_buffers():
         for y in live:
             torch.testing.assert_close(y, ref)
         live.clear()
-        assert sum(len(v) for v in executor._pool.values()) > 0  # returned on this thread's frees
-        assert executor.pool_bytes() <= executor._POOL_MAX_BYTES
+        assert sum(len(v) for v in pool._pool.values()) > 0  # returned on this thread's frees
+        assert pool.pool_bytes() <= pool._POOL_MAX_BYTES
     autogen.empty_cache()
 
 

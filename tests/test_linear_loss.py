@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as TF
 
 import autogen
+from autogen import chunked
 from autogen import linear_loss as LL
 from autogen.functional import linear_cross_entropy
 
@@ -402,7 +403,7 @@ def test_traced_loss_after_linear_runs_in_chunks(monkeypatch, name, dtype, shape
     """A row-wise loss on F.linear's logits in an @autogen_loss module: the logits in row chunks (ragged
     last chunk), the module's graph as each chunk's fused kernel; values and the gradients of input,
     weight and bias against the module run as written."""
-    monkeypatch.setattr(LL, "TRACED_CHUNK_ROWS", chunk)
+    monkeypatch.setattr(chunked, "TRACED_CHUNK_ROWS", chunk)
     args = _custom_inputs(dtype, shape, bias=name != "soft")
     with autogen.record() as rec:
         out, got = _custom_grads(LinearThen(name, use_autogen=True), *args)
@@ -425,7 +426,7 @@ def test_traced_loss_after_linear_runs_in_chunks(monkeypatch, name, dtype, shape
 
 
 def test_traced_loss_after_linear_explain_and_no_grad(monkeypatch):
-    monkeypatch.setattr(LL, "TRACED_CHUNK_ROWS", 8)
+    monkeypatch.setattr(chunked, "TRACED_CHUNK_ROWS", 8)
     h, W, b, teacher, t = _custom_inputs(torch.float64)
     text = str(autogen.explain(LinearThen("kd", use_autogen=True), h, W, teacher, t, b))
     assert "F.linear in row chunks" in text and "forward+grad" in text
@@ -438,7 +439,7 @@ def test_traced_loss_after_linear_explain_and_no_grad(monkeypatch):
 def test_traced_loss_after_linear_create_graph(monkeypatch, name):
     """create_graph=True through the chunked path: the gradient as torch ops over the whole logits, so the
     second derivative (of input, weight and bias) is eager's."""
-    monkeypatch.setattr(LL, "TRACED_CHUNK_ROWS", 8)
+    monkeypatch.setattr(chunked, "TRACED_CHUNK_ROWS", 8)
     h, W, b, teacher, t = _custom_inputs(torch.float64, (N,) if name == "kd" else (4, 9))
 
     def second(module):
@@ -503,7 +504,7 @@ def test_runner_gpt_fused_output(tmp_path):
 
 def test_traced_loss_after_linear_under_torch_compile(monkeypatch):
     """torch.compile(fullgraph=True) of such a module: one autogen::call, which runs the chunks."""
-    monkeypatch.setattr(LL, "TRACED_CHUNK_ROWS", 8)
+    monkeypatch.setattr(chunked, "TRACED_CHUNK_ROWS", 8)
     args = _custom_inputs(torch.float64)
     compiled = torch.compile(LinearThen("kd", use_autogen=True), fullgraph=True, backend="aot_eager")
     with autogen.record() as rec:

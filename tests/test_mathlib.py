@@ -9,6 +9,7 @@ import pytest
 
 from autogen import isa
 from autogen import mathlib as M
+from autogen import specfun as S
 
 # A generic x86-64 target (NUMBA_CPU_NAME=generic, CI's third run) has no FMA and 128-bit vectors: the float64
 # bound of the special functions' far tails is 1e-13 there (erfc at 24 errs by 5.7e-14 without fused
@@ -180,11 +181,11 @@ def test_subnormals(dt):
 
 
 def _ldexp_kernel():
-    """A fresh kernel of mathlib._ldexp2 (compiled at its first call, with the scaling chosen then)."""
+    """A fresh kernel of mathlib.ldexp2 (compiled at its first call, with the scaling chosen then)."""
     @numba.njit(fastmath=M.FASTMATH, error_model='numpy')
     def k(y, n, out):
         for i in range(y.shape[0]):
-            out[i] = M._ldexp2(y[i], n[i])
+            out[i] = M.ldexp2(y[i], n[i])
     return k
 
 
@@ -268,7 +269,8 @@ def prim_apply(name, *xs):
     """The generated single-primitive kernel of `name` over equal-length 1-D arrays (one row)."""
     import torch
     import autogen
-    from autogen.executor import LossGraph, Problem, interpret
+    from autogen.executor import interpret
+    from autogen.graphs import LossGraph, Problem
     from autogen.ir import ELEM, apply as ap, input as leaf
     dtype = torch.float32 if xs[0].dtype == np.float32 else torch.float64
     leaves = [leaf(f"a{j}", ELEM) for j in range(len(xs))]
@@ -442,7 +444,7 @@ def test_special_values_match_torch(dt):
 
 @functools.lru_cache(maxsize=None)
 def loop_kernel(name, arity):
-    f = getattr(M, name)
+    f = getattr(S if name in S.__all__ else M, name)
     if arity == 2:
         @numba.njit(fastmath=M.KERNEL_FASTMATH, error_model='numpy')
         def k(a, out):

@@ -11,7 +11,7 @@ from torch.testing._internal.common_methods_invocations import op_db
 import autogen
 import autogen.nn as agnn
 from autogen import functional as AF
-from autogen import activations, executor
+from autogen import activations, executor, pool
 from autogen.executor import fused_plan
 from autogen.kernels.nonlinear import MASKED
 from cases import DTYPES, NONLINEARITY_PATHS, compare, tolerances
@@ -238,7 +238,7 @@ def test_from_output_plans_are_these():
            if fused_plan(activations.graph(name), (True,), torch.float32).from_output}
     assert got == set(FROM_OUTPUT)
     for name in FROM_OUTPUT:  # from a 16-bit output its rounding would reach the gradient: the derivative instead
-        code = executor._LOW16[torch.bfloat16]
+        code = pool.LOW16[torch.bfloat16]
         plan = fused_plan(activations.graph(name), (True,), torch.float32, (code, code))
         assert plan.derivative and not plan.from_output
 
@@ -293,13 +293,13 @@ def test_saved_output_goes_with_its_graph(name, every_size):
     x = torch.randn(1 << 18, requires_grad=True)  # pooled memory: the pool counts what is lent
     gc.disable()
     try:
-        before = len(executor._lent)
+        before = len(pool._lent)
         with autogen.policy("aggressive"):
             y = getattr(AF, name)(x)
         gx, = torch.autograd.grad(y, x, torch.ones_like(y))
-        assert len(executor._lent) > before  # the output and the gradient
+        assert len(pool._lent) > before  # the output and the gradient
         del y, gx
-        assert len(executor._lent) == before
+        assert len(pool._lent) == before
     finally:
         gc.enable()
 

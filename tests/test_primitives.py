@@ -4,7 +4,8 @@ import pytest
 import torch
 
 import autogen
-from autogen.executor import LossGraph, Problem, interpret
+from autogen.executor import interpret
+from autogen.graphs import LossGraph, Problem
 from autogen.grad import vjp
 from autogen.ir import COL, ELEM, ROW, SCALAR, apply, input as leaf, toposort
 from autogen.primitives import PRIMS

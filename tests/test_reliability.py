@@ -94,7 +94,7 @@ def test_custom_gather_out_of_bounds_in_a_child_process():
 
 def test_threads_compile_a_new_kernel_once(tmp_path, monkeypatch):
     monkeypatch.setenv("AUTOGEN_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(compiler, "_kernels", {})
+    monkeypatch.setattr(compiler, "compiled_kernels", {})
     loads = []
     real = compiler._load_file
     monkeypatch.setattr(compiler, "_load_file", lambda spec, par: loads.append((spec.key, par)) or real(spec, par))
@@ -198,13 +198,14 @@ def test_handwritten_kernels_load_from_the_cache_in_a_new_process(tmp_path):
 
 
 def test_a_failing_kernel_falls_back_once_or_raises_in_strict_mode(monkeypatch):
-    from autogen import executor
+    from autogen import executor, launch
 
     def broken(spec, dtype):
         raise autogen.CompileError("simulated compiler failure")
 
-    monkeypatch.setattr(executor, "launch_of", broken)  # every kernel launch gets its plan here
-    monkeypatch.setattr(executor, "_warned", set())
+    monkeypatch.setattr(launch, "launch_of", broken)  # every kernel launch gets its plan here
+    monkeypatch.setattr(executor, "launch_of", broken)  # (the fused engine's forward)
+    monkeypatch.setattr(launch, "_warned", set())
     x, t = torch.randn(6, 4, requires_grad=True), torch.randn(6, 4)
     with autogen.policy("aggressive"):
         with pytest.warns(RuntimeWarning, match="kernel for margin_ranking_loss failed.*simulated"):
@@ -287,7 +288,7 @@ def test_ddp_two_gloo_ranks_match_the_torch_loss(tmp_path):
 # and the parent compares them with torch.
 FORK = r"""
 import multiprocessing as mp, os, pickle, torch, torch.nn.functional as TF, autogen
-from autogen import compiler, executor, functional as AF
+from autogen import compiler, executor, functional as AF, launch
 torch.manual_seed(0)
 t = torch.randint(0, 512, (8192,))
 xs = [torch.randn(8192, 512) for _ in range(5)]
@@ -298,7 +299,7 @@ def ours(i):
         out = AF.cross_entropy(x, t, use_autogen=True)
         g, = torch.autograd.grad(out, x)
     x.requires_grad_(False)
-    return out.detach().numpy(), g.numpy(), executor._fork_child, {(c.path, c.fused) for c in rec.calls}
+    return out.detach().numpy(), g.numpy(), launch._fork_child, {(c.path, c.fused) for c in rec.calls}
 
 def check(i, res, forked):
     out, g, fork_child, paths = res
@@ -308,10 +309,10 @@ def check(i, res, forked):
     torch.testing.assert_close(torch.from_numpy(g), torch.autograd.grad(ref, x)[0])
     assert paths == {("autogen", True)} and fork_child == forked, (paths, fork_child)
 
-for _ in range(executor._SAMPLES + 2):  # compiled, timed, then run on numba's threads
+for _ in range(launch._SAMPLES + 2):  # compiled, timed, then run on numba's threads
     res = ours(0)
 check(0, res, False)
-assert any(par for _, par in compiler._kernels), "the parallel kernel never ran"
+assert any(par for _, par in compiler.compiled_kernels), "the parallel kernel never ran"
 r, w = os.pipe()
 pid = os.fork()
 if pid == 0:
@@ -333,7 +334,7 @@ print("ok")
 
 THREADS = r"""
 import threading, torch, torch.nn.functional as TF, autogen
-from autogen import compiler, executor, functional as AF
+from autogen import compiler, executor, functional as AF, launch
 torch.manual_seed(0)
 xs = [torch.randn(8192, 512) for _ in range(2)]
 ts = [torch.randint(0, 512, (8192,)) for _ in range(2)]
@@ -364,8 +365,8 @@ for pol in ("aggressive", "medium"):  # generated prange kernels; handwritten on
     for th in threads:
         th.join()
 assert not errors, errors
-assert any(par for _, par in compiler._kernels), "no generated parallel kernel ran"
-assert any(p.signatures for p in list(executor._trampolines.values())), "no handwritten kernel ran threaded"
+assert any(par for _, par in compiler.compiled_kernels), "no generated parallel kernel ran"
+assert any(p.signatures for p in list(launch._trampolines.values())), "no handwritten kernel ran threaded"
 import numba, os
 assert numba.threading_layer() == os.environ["NUMBA_THREADING_LAYER"]
 print("ok")
@@ -400,7 +401,7 @@ def train(loss_fn, workers):
 
 with autogen.policy("aggressive"):
     ours = train(lambda x, t: AF.cross_entropy(x, t, use_autogen=True), 2)
-assert any(par for _, par in compiler._kernels), "the parallel kernel never ran"
+assert any(par for _, par in compiler.compiled_kernels), "the parallel kernel never ran"
 for a, b in zip(ours, train(TF.cross_entropy, 0)):
     torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 print("ok")
@@ -512,7 +513,7 @@ def test_cli_cache_info_reports_and_clear_removes_damaged_files(tmp_path, monkey
     import glob
     from autogen import cli
     monkeypatch.setenv("AUTOGEN_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(compiler, "_kernels", {})  # load again, into this cache dir
+    monkeypatch.setattr(compiler, "compiled_kernels", {})  # load again, into this cache dir
     with autogen.policy("aggressive"):
         AF.huber_loss(torch.randn(5, 3), torch.randn(5, 3), delta=0.3, use_autogen=True)
     assert cli.main(["cache", "info"]) == 0 and "damaged: 0" in capsys.readouterr().out

@@ -4,11 +4,12 @@ test_corpus.py at 12 x 9) at sizes 0, 1 and odd, on non-contiguous inputs, with 
 over the batch dimension (class-balanced weights) is one more pass."""
 import warnings
 
+import numba
 import pytest
 import torch
 
 import autogen
-from autogen import compiler, executor, schedule
+from autogen import compiler, executor, launch, pool, schedule
 from autogen.codegen import KernelSpec, render
 from autogen.corpus import CORPUS, PASSES, SoftDice, make
 from autogen.ir import ELEM, ROW, SCALAR, apply as A, const, input as inp
@@ -60,13 +61,13 @@ def test_one_and_two_threads_give_identical_results(name, monkeypatch):
     (One case: the parallel variant compiles ~4x slower than the serial one.)"""
     entry = BY_NAME[name]
     args = make(entry.kind, torch.float32, 96, 1025, torch.Generator().manual_seed(0))
-    monkeypatch.setattr(executor, "_PAR_ELEMENTS", 0)  # the prange variant at this size, from the first call
+    monkeypatch.setattr(launch, "_PAR_ELEMENTS", 0)  # the prange variant at this size, from the first call
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     results = []
     for threads in (2, 2, 1, 2, 1):
-        monkeypatch.setattr(executor, "_numba_threads", lambda want, t=threads: executor.numba.set_num_threads(t))
+        monkeypatch.setattr(launch, "_numba_threads", lambda want, t=threads: numba.set_num_threads(t))
         results.append(_run(entry, args, torch.float32))
-    assert any(parallel for _, parallel in compiler._kernels)  # the prange variant ran
+    assert any(parallel for _, parallel in compiler.compiled_kernels)  # the prange variant ran
     par = results
     for out, grads in par[1:]:
         assert torch.equal(out, par[0][0])
@@ -173,7 +174,7 @@ def test_multiclass_dice_channel_first_sizes(shape):
     _run(entry, make(entry.kind, torch.float64, *shape), torch.float64)
 
 
-# executor.contiguous: a batched transpose of contiguous memory (a channels-last tensor read channel-first)
+# launch.contiguous: a batched transpose of contiguous memory (a channels-last tensor read channel-first)
 # copied by tiles on our threads; any other layout by torch. Large enough for the tiled path.
 TRANSPOSES = [
     ("one_hot channel-first", lambda: torch.nn.functional.one_hot(torch.randint(0, 64, (2, 48, 57)), 64)
@@ -191,14 +192,14 @@ TRANSPOSES = [
 @pytest.mark.parametrize("make_t,tiled", [c[1:] for c in TRANSPOSES], ids=[c[0] for c in TRANSPOSES])
 def test_transposed_copy_matches_torch(make_t, tiled):
     t = make_t()
-    assert t.numel() >= executor._POOL_MIN // 4 and not t.is_contiguous()
-    assert (executor._batched_transpose(t) is not None) == tiled
-    out = executor.contiguous(t)
+    assert t.numel() >= pool.POOL_MIN // 4 and not t.is_contiguous()
+    assert (launch._batched_transpose(t) is not None) == tiled
+    out = launch.contiguous(t)
     assert out.is_contiguous() and out.dtype == t.dtype and torch.equal(out, t)
     if t.is_floating_point():  # the gradient reaches the strided input unchanged
         x = t.detach().double().requires_grad_() if not tiled else t.detach().requires_grad_()
         g = torch.randn(x.shape, dtype=x.dtype)
-        executor.contiguous(x).backward(g)
+        launch.contiguous(x).backward(g)
         assert torch.equal(x.grad, g)
 
 
@@ -208,7 +209,7 @@ def test_channels_last_inputs_fuse_and_match():
     entry = next(e for e in CORPUS if e.cls.__name__ == "MultiClassDice")
     x = torch.randn(2, 64, 47, 43, dtype=torch.float64).permute(0, 3, 1, 2)  # a partial last block of lanes
     onehot = torch.nn.functional.one_hot(torch.randint(0, 43, (2, 64, 47)), 43).movedim(-1, 1).double()
-    assert executor._batched_transpose(x) is not None and executor._batched_transpose(onehot) is not None
+    assert launch._batched_transpose(x) is not None and launch._batched_transpose(onehot) is not None
     _run(entry, [x, onehot], torch.float64)
 
 

@@ -186,15 +186,15 @@ def _handover_args(name):
 def test_backward_takes_the_forward_gradient_as_grad_without_a_copy(pol, name, monkeypatch):
     """loss.backward() makes the buffer the forward kernel wrote x.grad itself: AccumulateGrad copies a
     gradient anything else still holds, and the engine's saved state held it (a 2 MB copy here)."""
-    from autogen import executor
+    from autogen import pool
     made = []
-    pool_array = executor._pool_array
+    pool_array = pool._pool_array
 
     def recording_pool(nbytes, npdt, shape=None):
         out = pool_array(nbytes, npdt, shape)
         made.append(out.ctypes.data)
         return out
-    monkeypatch.setattr(executor, "_pool_array", recording_pool)
+    monkeypatch.setattr(pool, "_pool_array", recording_pool)
     args = _handover_args(name)
     with autogen.policy(pol), autogen.record() as rec:
         getattr(AF, name)(*args, use_autogen=True).backward()

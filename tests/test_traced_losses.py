@@ -373,11 +373,11 @@ def test_new_batch_size_reuses_the_inlined_kernel():
         t = torch.randint(0, 5, (n,))
         if i == 0:
             _compare(cls, [x, t], torch.float32)
-            before = set(compiler._kernels)
+            before = set(compiler.compiled_kernels)
             continue
         _compare(cls, [x, t], torch.float32)
         if n not in (5, 1):
-            assert set(compiler._kernels) == before, f"batch size {n} compiled a new kernel"
+            assert set(compiler.compiled_kernels) == before, f"batch size {n} compiled a new kernel"
 
 
 # -- channel-first: reductions along dim 1 of (N, C, d1..dK), read in place --------------------------------

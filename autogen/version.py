@@ -1,0 +1,2 @@
+"""The package version: the kernel cache keys on it."""
+__version__ = "0.1.0"
