@@ -64,6 +64,7 @@ smoke-math: smoke-setup
 	$(BIN)/python benchmarks/bench_math.py --elems 1K --reps 1 exp gelu
 	$(BIN)/python benchmarks/bench_inplace.py --reps 1 --sizes 1K mish
 	$(BIN)/python benchmarks/bench_load.py --reps 3 --configs default
+	$(BIN)/python benchmarks/bench_fronts.py --rounds 2 --calls 10
 smoke-compile: smoke-setup
 	$(BIN)/python benchmarks/bench_compile.py mse_loss
 smoke-train: smoke-setup

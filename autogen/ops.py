@@ -1,16 +1,6 @@
-"""The engine's calls as PyTorch operators: torch.compile, torch.export and fake/meta tensors.
+"""The implementations of the autogen::call and autogen::call_backward operators (their schemas, and how a call's
+name, tensors and options are written: opcall.py), for torch.compile, torch.export and fake/meta tensors.
 
-Two generic schemas serve every loss, nonlinearity and @autogen_loss module, so a new graph needs
-no new schema:
-
-    autogen::call(str name, Tensor[] tensors, str options) -> Tensor
-    autogen::call_backward(str name, Tensor[] tensors, str options, Tensor output, Tensor grad,
-                           bool[] needs) -> Tensor[]
-
-`name` is an autogen.functional name ('cross_entropy', 'leaky_relu') or 'module:<key>' for an
-@autogen_loss module, or 'fused:<program>' for a loss with the pointwise ops before it (inductor_pass.py,
-under Inductor); `tensors` are the call's tensor arguments (an absent optional one left out)
-and `options` the rest, after the tensors' parameter names, as one canonical string (`encode`).
 The CPU implementation runs the ordinary eager path of that call (policy, size thresholds and
 kernels read when the graph runs); where the graph differentiates the call, it runs it under
 autograd as eagerly and keeps that graph for `call_backward`, which hands its gradients over

@@ -7,6 +7,8 @@ Each setting runs in a child process of its own (the OpenMP runtimes read their 
     default     torch's and numba's threads as they come (the cores), their runtimes' own wait policy
     passive     OMP_WAIT_POLICY=passive: idle OpenMP threads sleep instead of spinning (both runtimes)
     active      OMP_WAIT_POLICY=active: they spin
+    numba-passive  OMP_WAIT_POLICY=passive for numba's runtime alone (set after torch's has loaded)
+    numba-spin10k  GOMP_SPINCOUNT=10000 for numba's runtime alone: a short spin, then sleep
     workqueue   NUMBA_THREADING_LAYER=workqueue: numba's own thread pool instead of OpenMP
     threads1    one thread for torch and numba
     par64k      generated kernels' prange variant from 64K elements (executor's default is 256K)
@@ -28,6 +30,8 @@ CONFIGS = {
     "active": {"OMP_WAIT_POLICY": "active"},
     "workqueue": {"NUMBA_THREADING_LAYER": "workqueue"},
     "threads1": {"OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"},
+    "numba-passive": {"AUTOGEN_BENCH_NUMBA_ENV": "OMP_WAIT_POLICY=passive"},
+    "numba-spin10k": {"AUTOGEN_BENCH_NUMBA_ENV": "GOMP_SPINCOUNT=10000"},
     "par64k": {"AUTOGEN_BENCH_PAR": str(1 << 16)},
     "par1m": {"AUTOGEN_BENCH_PAR": str(1 << 20)},
 }
@@ -35,6 +39,9 @@ CONFIGS = {
 CHILD = r"""
 import json, os, subprocess, sys
 import torch, torch.nn.functional as TF
+# numba's OpenMP runtime is a libgomp of its own, loaded at its first parallel kernel: set after torch's loaded
+numba_env = dict(kv.split("=") for kv in os.environ.get("AUTOGEN_BENCH_NUMBA_ENV", "").split(",") if kv)
+os.environ.update(numba_env)
 import autogen
 from autogen import launch
 from autogen.corpus import SoftDice
@@ -63,6 +70,8 @@ for name, (args, mine, theirs) in cases.items():
     fns[name + "|torch"] = fwd_bwd(theirs, args)
 autogen.set_policy("aggressive")
 quiet = measure(fns, reps)
+for k in numba_env:
+    os.environ.pop(k)  # the busy process and any other child: their own runtimes' defaults
 busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
 try:
     loaded = measure(fns, reps)
