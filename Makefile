@@ -58,7 +58,8 @@ smoke-crossovers: smoke-setup
 	$(BIN)/python benchmarks/bench_losses.py --crossovers --quick --sizes 1K,4K --nonlinearities relu gelu \
 		--write $(SMOKE)/thresholds.json
 smoke-crossover-script: smoke-setup
-	$(BIN)/python benchmarks/bench_crossover.py --sizes 1K,4K mse_loss SoftDice
+	cp autogen/loss_thresholds.json $(SMOKE)/loss_thresholds.json
+	$(BIN)/python benchmarks/bench_crossover.py --sizes 1K,4K mse_loss SoftDice --write $(SMOKE)/loss_thresholds.json
 	$(BIN)/python benchmarks/bench_crossover.py --fixed --sizes 1K mse_loss
 smoke-math: smoke-setup
 	$(BIN)/python benchmarks/bench_math.py --elems 1K --reps 1 exp gelu

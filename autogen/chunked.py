@@ -14,7 +14,8 @@ import torch.nn.functional as TF
 
 from . import inline, tracing
 from . import policies as _policy
-from .executor import fused_plan, observe, torch_eval
+from .executor import observe, torch_eval
+from .plans import fused_plan
 from .launch import run_spec, storage_codes
 from .graphs import LossGraph, Problem
 from .grad import vjp

@@ -62,7 +62,7 @@ def _loss_name(name):
 def cmd_show(args):
     from . import functional as F
     from .codegen import render
-    from .executor import fused_plan
+    from .plans import fused_plan
     from .explain import explain
     from .policies import policy
     dtype = _DTYPES[args.dtype]

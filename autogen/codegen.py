@@ -255,9 +255,8 @@ def render(spec, cache=True, parallel=False):
 
 
 # channel-first blocks: lanes (rows contiguous in inner) per block, from C; a block of C x lanes elements
-# is re-read by each loop over the row, so it should stay in L2 (128 KB in float32), and under 128 lanes
-# each class's loop is too short to pay for its setup (MultiClassDice at C = 256-2048: 64 lanes took
-# 1.1-1.3x the time of 128)
+# is re-read by each loop over the row, so it should stay in L2, and under 128 lanes each class's loop is
+# too short to pay for its setup (docs/performance.md)
 _LANES_MIN, _LANES_MAX, _BLOCK_ELEMS = 128, 512, 32768
 _DTYPES = {"f": "__F", "i": "__np.int64", "b": "__np.bool_"}
 

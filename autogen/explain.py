@@ -7,7 +7,7 @@ import torch
 from . import executor, functional as F, schedule
 from . import nn as agnn
 from .codegen import render
-from .executor import fused_plan
+from .plans import fused_plan
 from .policies import get_policy, record
 
 class _Listening(threading.local):

@@ -31,7 +31,8 @@ from . import policies as _policy
 from .errors import AutogenError
 from .checks import first_bad_target, int_arg, tname
 from .decompositions import class_terms, log_softmax_parts, reduce_loss as reduce_graph, x_elem
-from .executor import fused_plan, under_transform
+from .executor import under_transform
+from .plans import fused_plan
 from .launch import run_spec, split_run
 from .pool import pooled, shaped
 from .graphs import Problem
@@ -39,13 +40,11 @@ from .ir import ROW, apply as A, input as inp, param
 from .kernels import linear as K
 
 OP = "linear_cross_entropy"
-# The chunk's logits workspace: the logits in CHUNKS chunks, none under CHUNK_BYTES nor over
-# CHUNK_BYTES_MAX (2048 x 32K: 3 chunks of 683 rows, 85 MB in float32, 43 MB in bfloat16), so that the
-# peak stays under a quarter of eager's, which holds three logits-sized tensors. Fewer chunks read the
-# weight fewer times (`benchmarks/bench_linear_ce.py --chunks` measures time and memory at other sizes).
+# The chunk's logits workspace: the logits in CHUNKS chunks, none under CHUNK_BYTES nor over CHUNK_BYTES_MAX,
+# so that the peak stays under a quarter of eager's, which holds three logits-sized tensors. Fewer chunks read
+# the weight fewer times (`benchmarks/bench_linear_ce.py --chunks` measures time and memory at other sizes).
 CHUNKS = 3
-# bfloat16: oneDNN's bfloat16 matmul is slower on a ragged row count (2048 x 32K in 3 chunks of 683 rows:
-# 0.64 s; in 4 of 512: 0.58-0.60 s, and a lower peak)
+# bfloat16: oneDNN's bfloat16 matmul is slower on a ragged row count (docs/performance.md)
 CHUNKS_BF16 = 4
 CHUNK_BYTES = 32 << 20
 CHUNK_BYTES_MAX = 256 << 20
@@ -189,7 +188,7 @@ def run_chunks(h, W, b, step, needs, chunk, native=False, extra_bytes=0, chunks=
     native = native or gdt == cdt
     count = chunks or (CHUNKS_BF16 if gdt == torch.bfloat16 else CHUNKS)
     rows = chunk_rows(N, V, gdt.itemsize + (0 if native else cdt.itemsize) + extra_bytes, chunk, count)
-    # the workspace and the gradients from the executor's pool: a fresh 64 MB tensor is page-faulted
+    # the workspace and the gradients from the pool: a fresh large tensor is page-faulted
     g_all = _buffer(rows * V, gdt).view(rows, V)
     z_all = None  # float32 logits for the other paths under bfloat16, made when first needed
     loss = lse = total = None

@@ -1,12 +1,13 @@
 """Where our kernels start to beat torch eager: time ratio by input size, losses and @autogen_loss losses.
 
 Run: `python benchmarks/bench_crossover.py [--fwd | --fixed] [--custom | --no-custom] [--states default,nopf]
-[--sizes 1K,16K,...] [--threads N] [loss or corpus class ...]`. --fixed: the fixed cost of a call instead, at 1K
+[--sizes 1K,16K,...] [--threads N] [--write autogen/loss_thresholds.json] [loss or corpus class ...]`. --fixed: the fixed cost of a call instead, at 1K
 elements: forward+backward minus an empty torch.autograd.Function's forward+backward, in us (eager's and ours;
 on one thread, --threads 1, the thread's CPU time), each call interleaved with the others and in a loop of its
 own. The size thresholds below which autogen.functional hands
 a loss to torch's own kernel come from this table: forward+backward for functional.SMALL_ELEMENTS, forward
-only (--fwd, under torch.no_grad) for functional.SMALL_ELEMENTS_NO_GRAD. Each allocator state runs in a
+only (--fwd, under torch.no_grad) for functional.SMALL_ELEMENTS_NO_GRAD; --write stores each loss's first win
+(the larger over the allocator states) in autogen/loss_thresholds.json, which they read. Each allocator state runs in a
 child process: `default` (glibc as it comes: a large tensor freed is handed back to the OS and the next one
 page-faults) and `nopf` (MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ at 4 GiB: freed memory is reused,
 so kernel meets kernel). --threads 1 times torch and ours on one thread: on a machine shared with other
@@ -14,6 +15,7 @@ work torch's parallel regions wait on descheduled threads (ms each), which no qu
 32K elements torch runs its ops on one thread anyway. Eager and ours run interleaved in one process (median of each); `first win` is
 the smallest size from which ours is at least as fast at every larger size.
 """
+import json
 import os
 import subprocess
 import sys
@@ -74,7 +76,7 @@ def child(argv):
     if fixed:
         sizes, empty = [1 << 10], _empty_step()
         clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
-    values = {argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--sizes", "--threads")}
+    values = {argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--sizes", "--threads", "--write")}
     names = [a for a in argv if not a.startswith("--") and a not in values]
     custom = {e.cls.__name__ for e in CORPUS}
     if not names:
@@ -159,6 +161,26 @@ def main():
             win = first_win(ratios, sizes)
             print(f"{name:34s} {state:7s} " + " ".join(f"{r:6.2f}" for r in ratios)
                   + f" {k(win) if win else '-':>9s}")
+    if "--write" in argv:
+        write(argv[argv.index("--write") + 1], "no_grad" if fwd else "grad", results, states, sizes)
+
+
+NEVER = 1 << 62  # a threshold past any size: torch's own kernel at every size measured
+
+
+def write(path, key, results, states, sizes):
+    """Store each loss's first win over every allocator state (the larger) as its threshold in `path`
+    (autogen/loss_thresholds.json: "grad" from forward+backward, "no_grad" from --fwd), one line per loss."""
+    with open(path) as f:
+        table = json.load(f)
+    for name, per in results.items():
+        if name in table[key]:
+            table[key][name] = max(first_win(per[s], sizes) or NEVER for s in states if s in per)
+    rows = [f' "{k}": {{\n' + ",\n".join(f"  {json.dumps(n)}: {v}" for n, v in t.items()) + "\n }"
+            for k, t in table.items()]
+    with open(path, "w") as f:
+        f.write("{\n" + ",\n".join(rows) + "\n}\n")
+    print(f"wrote {key} to {path}")
 
 
 if __name__ == "__main__":

@@ -377,9 +377,9 @@ def _fault(monkeypatch, stage):
     """Make one stage of the custom-loss pipeline fail; returns the error class strict mode raises."""
     import numba
     import torch.fx.experimental.proxy_tensor as proxy
-    from autogen import compiler, executor, tracing
+    from autogen import compiler, executor, plans, tracing
     monkeypatch.setattr(compiler, "compiled_kernels", {})
-    monkeypatch.setattr(executor, "_plans", {})
+    monkeypatch.setattr(plans, "_plans", {})
     if stage == "trace":
         def boom(*a, **k):
             raise RuntimeError("injected trace failure")
@@ -393,7 +393,8 @@ def _fault(monkeypatch, stage):
     if stage == "gradient":
         def boom(*a, **k):
             raise autogen.errors.ScheduleError("injected gradient failure")
-        monkeypatch.setattr(executor, "vjp", boom)
+        monkeypatch.setattr(executor, "vjp", boom)  # op by op
+        monkeypatch.setattr(plans, "vjp", boom)  # the fused plan
         return autogen.errors.ScheduleError
     if stage == "schedule":
         def boom(spec, **k):

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as TF
 
 import autogen
-from autogen import compiler, executor, functional as AF, launch, pool
+from autogen import compiler, executor, functional as AF, launch, plans, pool
 from autogen.ir import ELEM, apply, input as leaf
 
 
@@ -66,7 +66,7 @@ def test_cache_files_are_named_by_content_and_rebuilt_when_corrupt(tmp_path, mon
         with open(tmp_path / f, "w") as fh:
             fh.write("def kernel(")
     monkeypatch.setattr(compiler, "compiled_kernels", {})
-    monkeypatch.setattr(executor, "_plans", {})  # a plan's specs hold their loaded kernels (run_spec's launch)
+    monkeypatch.setattr(plans, "_plans", {})  # a plan's specs hold their loaded kernels (run_spec's launch)
     with autogen.policy("aggressive"):
         torch.testing.assert_close(AF.l1_loss(x, t, use_autogen=True), TF.l1_loss(x, t))
     assert "def kernel(" in (tmp_path / files[0]).read_text() and "__m" in (tmp_path / files[0]).read_text()

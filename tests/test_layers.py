@@ -15,7 +15,7 @@ LAYERS = {
     "core": ["templates", "errors", "version", "isa", "policies", "config", "ir", "primitives", "grad", "graphs",
              "decompositions"],
     "backend": ["mathlib", "specfun", "schedule", "codegen", "compiler"],
-    "runtime": ["pool", "launch", "executor", "opcall", "dispatch", "kernels", "kernels.elementwise", "kernels.losses", "kernels.nonlinear",
+    "runtime": ["pool", "launch", "plans", "executor", "opcall", "dispatch", "kernels", "kernels.elementwise", "kernels.losses", "kernels.nonlinear",
                 "kernels.linear"],
     "front": ["checks", "inline", "activations", "functional", "linear_loss", "nn"],
     "tracing": ["tracing", "chunked"],

@@ -12,7 +12,7 @@ import autogen
 import autogen.nn as agnn
 from autogen import functional as AF
 from autogen import activations, executor, pool
-from autogen.executor import fused_plan
+from autogen.plans import fused_plan
 from autogen.kernels.nonlinear import MASKED
 from cases import DTYPES, NONLINEARITY_PATHS, compare, tolerances
 

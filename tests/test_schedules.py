@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import autogen
-from autogen import compiler, executor, launch, pool, schedule
+from autogen import compiler, executor, launch, plans, pool, schedule
 from autogen.codegen import KernelSpec, render
 from autogen.corpus import CORPUS, PASSES, SoftDice, make
 from autogen.ir import ELEM, ROW, SCALAR, apply as A, const, input as inp
@@ -255,7 +255,7 @@ def test_one_late_sum_plan_by_bytes_moved(cls, two_passes, dtype):
                 out = fused(use_autogen=True)(x2, *args[1:])
                 (got,) = torch.autograd.grad(out * gout, [x2])
         assert [(c.path, c.fused) for c in rec.calls] == [("autogen", True)] * 2
-        (plan,) = [p for p in executor._plans.values() if p.forward.label.startswith(cls.__name__)
+        (plan,) = [p for p in plans._plans.values() if p.forward.label.startswith(cls.__name__)
                    and p.forward.dtype == str(dtype).split(".")[1]]
         assert plan.scaled != two_passes and len(schedule.build(plan.forward).passes) == 1 + two_passes
         tol = tolerances(dtype)
@@ -273,8 +273,8 @@ def test_values_kept_between_passes_match_eager(name, shape):
     """The losses whose pass 1 takes back a per-element value pass 0 kept in the gradient's buffer (row and
     channel-first layouts): the plan does so, and values and gradients match eager."""
     entry = next(e for e in CORPUS if e.cls.__name__ == name)
-    executor._plans.clear()
+    plans._plans.clear()
     _run(entry, make(entry.kind, torch.float64, *shape), torch.float64)
-    (plan,) = [p for p in executor._plans.values() if p.forward.label.startswith(name)]
+    (plan,) = [p for p in plans._plans.values() if p.forward.label.startswith(name)]
     first, second = schedule.build(plan.forward).passes
     assert [n.op for n, _ in first.keeps] == [KEEPS[name]] and first.keeps == second.takes
