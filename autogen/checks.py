@@ -159,8 +159,4 @@ def check_margin_targets(target, C):
             raise RuntimeError("target out of range")
 
 
-def _deferred_targets(v, C, ignore_index):
-    check_targets(v, C, ignore_index)
-
-
-inline.CHECKS.update(targets=_deferred_targets, margin_targets=check_margin_targets, unit_interval=check_unit_interval)
+inline.CHECKS.update(targets=check_targets, margin_targets=check_margin_targets, unit_interval=check_unit_interval)

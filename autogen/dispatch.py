@@ -1,7 +1,5 @@
 """Where a call goes before any kernel: the one ladder that losses, nonlinearities and @autogen_loss modules
 climb, in this order, before their own path (size thresholds, plans, kernels) decides the rest."""
-import torch
-
 from .executor import under_transform
 from .opcall import compiling, symbolic
 from .policies import thread_state
@@ -21,6 +19,6 @@ def route(tensors):
         return TRACE
     if symbolic(*tensors):
         return SYMBOLIC
-    if under_transform([t for t in tensors if isinstance(t, torch.Tensor)]):
+    if under_transform(tensors):
         return TRANSFORM
     return RUN

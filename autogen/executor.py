@@ -571,10 +571,12 @@ def handwritten_for(registry, name, prob):
 
 
 def under_transform(tensors):
-    """Inside a torch.func transform, or with forward-mode dual tensors: kernels see no plain data."""
+    """Inside a torch.func transform, or with forward-mode dual tensors: kernels see no plain data. Arguments
+    that are no tensors are passed over."""
     if torch._C._functorch.peek_interpreter_stack() is not None:
         return True
-    return _fwad._current_level >= 0 and any(_fwad.unpack_dual(t).tangent is not None for t in tensors)
+    return _fwad._current_level >= 0 and any(isinstance(t, torch.Tensor) and _fwad.unpack_dual(t).tangent is not None
+                                             for t in tensors)
 
 
 def grad_wanted(tensors):
