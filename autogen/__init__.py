@@ -7,9 +7,10 @@ from .explain import explain
 from .tracing import autogen_loss
 from .config import load_config, reset_config, settings
 from .pool import empty_cache
-# registrations the face guarantees: the row-chunked path after a linear layer (into tracing.CHUNKED) and the
+# registrations the face guarantees: the row-chunked path after a linear layer (into tracing.CHUNKED), the
+# partition into kernels and torch ops (tracing.PARTITION) and the
 # autogen::call operator's implementations (into the torch.library schema opcall defines)
-from . import chunked, ops  # noqa: F401
+from . import chunked, ops, partition  # noqa: F401
 
 __all__ = ["AutogenError", "CompileError", "ScheduleError", "TracingError", "UnsupportedOpError", "POLICIES",
            "get_policy", "policy", "record", "set_policy", "set_strict", "get_strict", "functional", "nn", "explain",

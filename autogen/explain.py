@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import executor, functional as F, schedule
+from . import executor, functional as F, partition, schedule
 from . import nn as agnn
 from .codegen import render
 from .plans import fused_plan
@@ -44,9 +44,14 @@ class Explanation:
     calls: list
     sources: dict = field(default_factory=dict)
     passes: dict = field(default_factory=dict)  # kernel label -> one line per pass (what it reads, reduces, writes)
+    partition: list = field(default_factory=list)  # a custom loss cut into kernels and torch ops: one line each
 
     def __str__(self):
-        lines = [f"loss {self.loss} under policy {self.policy}", "", "primitive graph:", self.graph, "", "paths:"]
+        lines = [f"loss {self.loss} under policy {self.policy}", ""]
+        if self.partition:
+            lines += ["partition (kernels in order, the torch ops between them and why):"]
+            lines += [f"  {p}" for p in self.partition] + [""]
+        lines += ["primitive graph" + (" (the last kernel)" if self.partition else "") + ":", self.graph, "", "paths:"]
         lines += [f"  {c.phase:8s} {c.op:34s} {c.path:11s} fused={c.fused}  ({c.reason})" for c in self.calls]
         for label, passes in self.passes.items():
             lines += ["", f"passes ({label}):"] + [f"  {p}" for p in passes]
@@ -77,6 +82,7 @@ def explain(name_or_module, *example_inputs, **options):
     inputs = [t.detach().clone().requires_grad_(t.is_floating_point()) if isinstance(t, torch.Tensor) else t
               for t in example_inputs]
     observe.active, observe.problems = True, []
+    partition.last.plan = None
     _listen(True)
     try:
         with record() as rec:
@@ -105,4 +111,5 @@ def explain(name_or_module, *example_inputs, **options):
     specs = [plan.forward] + ([plan.backward] if plan.backward is not None else [])
     sources = {spec.label: render(spec) for spec in specs}
     passes = {spec.label: schedule.build(spec).describe(spec) for spec in specs}
-    return Explanation(label, get_policy(), plan.forward.graph_text(), rec.calls, sources, passes)
+    split = partition.last.plan.describe() if partition.last.plan is not None else []
+    return Explanation(label, get_policy(), plan.forward.graph_text(), rec.calls, sources, passes, split)

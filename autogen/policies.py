@@ -236,7 +236,7 @@ def choose(has_handwritten):
 @dataclass(frozen=True)
 class Call:
     op: str
-    path: str      # 'handwritten' | 'autogen' | 'fallback'
+    path: str      # 'handwritten' | 'autogen' | 'fallback' | 'torch' (an op between a partition's kernels)
     fused: bool    # the whole loss in one kernel
     phase: str     # 'forward' | 'backward'
     reason: str = ""

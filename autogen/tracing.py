@@ -45,14 +45,18 @@ from .primitives import PRIMS
 
 # trace -> a loss run in row chunks, or None: chunked.py registers its chunked_trace (it builds on this module)
 CHUNKED = []
+# (trace, tensors, lower, the whole trace's Unsupported, the loss's name) -> fused kernels with torch ops between them, or None:
+# partition.py registers its partition
+PARTITION = []
 
 aten = torch.ops.aten
 
 
 class Unsupported(Exception):
-    def __init__(self, op, line, why="", error=UnsupportedOpError):
+    def __init__(self, op, line, why="", error=UnsupportedOpError, node=None):
         super().__init__(op)
         self.op, self.line, self.why, self.error = op, line, why, error  # error: what strict mode raises
+        self.node = node  # the trace's node the lowering stopped at (None: an input, or the graph as a whole)
 
 
 @dataclass
@@ -92,6 +96,7 @@ class _Lowering:
         self.inline = []       # inline.Entry per autogen::inline_loss op of the trace, by its key
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         floats = [i for i, t in enumerate(example) if t.is_floating_point()]
+        floats = [i for i in floats if _read(placeholders[i])] or floats  # not one whose sizes alone are read
         if not floats:
             raise Unsupported("a loss without floating-point inputs", "")
         # an input read only through slices (glu's halves, x.chunk(2, -1)) counts with its first part's shape
@@ -118,7 +123,11 @@ class _Lowering:
         for i, (node, t) in enumerate(zip(placeholders, example)):
             if i != self.base_index and not _read(node):  # an input the loss does not read (or reads only sizes of)
                 continue
-            self.env[node] = _Part(i, t, ()) if i in sliced else self._placeholder(i, t, node=node)
+            try:
+                self.env[node] = _Part(i, t, ()) if i in sliced else self._placeholder(i, t, node=node)
+            except Unsupported as exc:
+                exc.node = node
+                raise
 
     # layout helpers
     def _aligned_axes(self, shape):
@@ -217,13 +226,13 @@ class _Lowering:
         one more kernel input, read at every call; a parameter gets its gradient as any input does."""
         t = getattr(self.gm, n.target, None)
         if not isinstance(t, torch.Tensor):
-            raise Unsupported(f"a constant {n.target} that is not a tensor", _line(n))
+            raise Unsupported(f"a constant {n.target} that is not a tensor", source_line(n))
         index = len(self.example) + len(self.consts)
         self.consts.append(t)
         try:
             return self._placeholder(index, t, "a tensor of the module")
         except Unsupported as exc:
-            raise Unsupported(exc.op, _line(n)) from None
+            raise Unsupported(exc.op, source_line(n), node=n) from None
 
     def _anchor(self, lvl):
         """A node at level `lvl` to broadcast against (expand's second argument)."""
@@ -238,7 +247,7 @@ class _Lowering:
     def run(self):
         for n in self.gm.graph.nodes:  # a tensor turned into a Python number: a tracing error first
             if n.target is aten._local_scalar_dense.default:
-                raise TracingError(_tracing_message("item", _line(n)))
+                raise TracingError(_tracing_message("item", source_line(n)))
         out = None
         for n in self.gm.graph.nodes:
             if n.op in ("placeholder", "get_attr"):
@@ -256,14 +265,14 @@ class _Lowering:
             try:
                 self.env[n] = self._lower(n)
             except Unsupported as exc:
-                raise Unsupported(exc.op, exc.line or _line(n), exc.why) from None
+                raise Unsupported(exc.op, exc.line or source_line(n), exc.why, exc.error, n) from None
         val = self.env[out]
         if not isinstance(val, V):
             raise Unsupported("a loss returning a Python number", "")
         if _bases(val.axes) != sorted(_bases(val.axes)):
-            raise Unsupported("a loss returning a transposed tensor", "")
+            raise Unsupported("a loss returning a transposed tensor", "", node=out)
         if val.over:
-            raise Unsupported("a loss returning a tensor that broadcasts along only some dimensions", "")
+            raise Unsupported("a loss returning a tensor that broadcasts along only some dimensions", "", node=out)
         return val
 
     def arg(self, a):
@@ -295,10 +304,10 @@ class _Lowering:
         if t in _SYM_OPS or (isinstance(t, torch._ops.OpOverload) and t.overloadpacket in _SYM_PACKETS):
             return _Sym(shape_hint(n.meta["val"]))
         if t is aten._local_scalar_dense.default:
-            raise TracingError(_tracing_message("item", _line(n)))
+            raise TracingError(_tracing_message("item", source_line(n)))
         rule = _RULES.get(t) or _RULES.get(getattr(t, "overloadpacket", None))
         if rule is None:
-            raise Unsupported(_opname(t), _line(n))
+            raise Unsupported(opname(t), source_line(n))
         return rule(self, n, *n.args, **n.kwargs)
 
     # building blocks used by the rules
@@ -483,7 +492,7 @@ def shape_hint(v):
     return float(v) if isinstance(v, torch.SymFloat) else int(v)
 
 
-def _line(n):
+def source_line(n):
     st = n.meta.get("stack_trace") or ""
     frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', st)
     frames = [f for f in frames if "/torch/" not in f[0] and "/autogen/" not in f[0]] or frames
@@ -493,7 +502,7 @@ def _line(n):
     return f"{f}:{line} in {fn}: {text.strip()}"
 
 
-def _opname(t):
+def opname(t):
     return str(getattr(t, "__name__", t)).replace("aten::", "torch.ops.aten.")
 
 
@@ -1203,7 +1212,14 @@ def _trace(module, forward, tensors, cls):
         chunked = chunked_trace(gm, tensors, lambda g, ts: _lower(g, ts, cls, calls))
         if chunked is not None:
             return chunked
-    traced = _lower(gm, tensors, cls, calls)
+    try:
+        traced = _lower(gm, tensors, cls, calls)
+    except Unsupported as exc:
+        for partition in PARTITION:
+            split = partition(gm, tensors, lambda g, ts: _lower(g, ts, cls, calls), exc, cls.__name__)
+            if split is not None:
+                return split
+        raise
     kept = _kept_by_torch(module, forward, tensors)
     if kept is not None:  # the engine keeps torch's in-place semantics (executor._LossFunction)
         sources = [(node, i) for node, i, _ in traced.inputs]
@@ -1292,7 +1308,7 @@ def _lower(gm, tensors, cls, calls):
     loss = out.node
     level = loss.level
     if level not in (SCALAR, ROW, ELEM):
-        raise Unsupported("a loss that varies only along the columns", "")
+        raise Unsupported("a loss that varies only along the columns", "", node=low.output)
     order = toposort([loss])
     uses_rows = any(n.level in (ROW, COL) or (n.op in PRIMS and PRIMS[n.op].group in ("reduce_row", "gather"))
                     or n.op == "iota" for n in order)
@@ -1385,7 +1401,7 @@ def _run_checks(traced, tensors):
     inline.run_checks(traced.checks, values, traced.params, traced.dims, traced.graph.mode)
 
 
-def _run(traced, tensors):
+def run_trace(traced, tensors):
     if not isinstance(traced, _Traced):  # chunked.ChunkedLoss
         return traced.run(tensors)
     if traced.consts:
@@ -1623,8 +1639,11 @@ def autogen_loss(cls=None, *, strict=None):
                 cache[key] = entry
         if isinstance(entry, Unsupported):
             return _eager(self, forward, args, kwargs, cls, entry.op, entry.line, strict, entry.error)
+        whole = getattr(entry, "unsupported", None)  # kernels with torch ops between: strict wants one kernel
+        if whole is not None and (strict if strict is not None else get_strict()):
+            return _eager(self, forward, args, kwargs, cls, whole.op, whole.line, strict, whole.error)
         try:
-            return _run(entry, args)
+            return run_trace(entry, args)
         except Exception as exc:
             if not isinstance(exc, AutogenError) and not type(exc).__module__.startswith("numba"):
                 raise  # the inputs' own error (a class index out of range): torch's, as eagerly

@@ -341,3 +341,23 @@ def autograd_nodes(out):
             names.append(type(node).__name__)
             todo += [f for f, _ in node.next_functions]
     return names
+
+
+def path_taken(rec, caught, name):
+    """How a traced module named `name` ran, asserting that the record and the warnings agree: 'fused' (one
+    kernel forward and one backward, no warning), 'split' (fused kernels with torch ops between them, no
+    warning) or 'eager' (one warning saying so, no kernel of the module)."""
+    engine = [str(m.message) for m in caught if str(m.message).startswith("autogen")]
+    own = [c for c in rec.calls if c.op == name or c.op.startswith(name + ": ")]
+    if engine:
+        assert len(engine) == 1 and "running the module eagerly" in engine[0], engine
+        assert not own, own
+        return "eager"
+    torch_ops = [c for c in own if c.path == "torch"]
+    kernels = [(c.op, c.fused, c.phase) for c in own if c.path != "torch"]
+    if not torch_ops:
+        assert kernels == [(name, True, "forward"), (name, True, "backward")] or kernels == [(name, True, "forward")], \
+            kernels
+        return "fused"
+    assert (name, True, "forward") in kernels, own
+    return "split"

@@ -13,7 +13,7 @@ import torch.nn.functional as TF
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from autogen import activations, functional as AF
-from cases import CASES, NONLINEARITY_PATHS, PATHS, compare
+from cases import CASES, NONLINEARITY_PATHS, PATHS, compare, path_taken
 from test_nonlinearities import _cases as nonlinearity_cases
 
 settings.register_profile("ci", max_examples=8, derandomize=True, deadline=None, database=None,
@@ -164,8 +164,8 @@ def _program(kind, dims, keep, op, along):
 @settings(settings.get_profile(PROFILE), max_examples=12 if PROFILE == "ci" else 400)
 @given(traced_programs())
 def test_fuzz_traced_reductions_and_views(program):
-    """Never a wrong number: the fused result equals eager's (float64), or the module ran eagerly with one
-    warning saying why."""
+    """Never a wrong number: the fused result equals eager's (float64), whether it ran as one kernel, as
+    kernels with torch ops between them, or eagerly with one warning saying why."""
     import warnings
 
     import autogen
@@ -181,8 +181,6 @@ def test_fuzz_traced_reductions_and_views(program):
         warnings.simplefilter("always")
         out = autogen.autogen_loss(cls)(use_autogen=True)(ours, t)
         got, = torch.autograd.grad(out, ours)
-    engine = [w for w in caught if str(w.message).startswith("autogen_loss")]
-    fused = [c for c in rec.calls if c.op == "FuzzTraced" and c.fused]
-    assert (len(fused) == 2 and not engine) or (not fused and len(engine) == 1), (rec.calls, engine)
+    path_taken(rec, caught, "FuzzTraced")  # fused, split into kernels and torch ops, or eager with one warning
     torch.testing.assert_close(out, ref, rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)

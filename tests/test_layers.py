@@ -18,7 +18,7 @@ LAYERS = {
     "runtime": ["pool", "launch", "plans", "executor", "opcall", "dispatch", "kernels", "kernels.elementwise", "kernels.losses", "kernels.nonlinear",
                 "kernels.linear"],
     "front": ["checks", "inline", "activations", "functional", "linear_loss", "nn"],
-    "tracing": ["tracing", "chunked"],
+    "tracing": ["tracing", "chunked", "partition"],
     "integration": ["ops", "inductor_pass", "explain"],
     "face": ["__init__"],
     "tools": ["__main__", "cli", "runner", "timing", "bench", "report", "corpus", "train_bench", "_fit_specfun"],

@@ -1,0 +1,274 @@
+"""Fused kernels with torch ops between them: a trace the lowering cannot take whole.
+
+Where one op of a trace has no lowering (a sort, a matmul, a reduction the schedules lack), that op runs
+as its torch call and the rest of the graph is cut into fused kernels around it: each kernel is the part
+of the graph that computes one value a torch op reads (or the loss), from the inputs and the torch ops'
+results. The cut repeats until every kernel lowers. A kernel with less than MIN_WORK ops of its own runs
+as torch ops too: one torch op is as fast as a kernel of one op. Each kernel is an ordinary trace
+(tracing.run_trace: its own autograd node), each torch op runs under torch's autograd, so gradients flow
+through both as eagerly. A module runs wholly eagerly only when no kernel is left (or an op in the way
+cannot run as a torch call: the inlined losses' placeholder op, an in-place op).
+"""
+import operator
+import threading
+
+import torch
+from torch.fx.node import map_arg
+
+from . import inline, tracing
+from .policies import note, recording
+from .tracing import Unsupported, opname, run_trace, shape_hint
+
+aten = torch.ops.aten
+
+MIN_WORK = 2   # a kernel computes at least this many ops that move or combine data (not views)
+MAX_TRIES = 40  # lowerings tried per trace before the module runs eagerly
+# ops that compute nothing (views, casts, copies): they do not count as a kernel's work
+_NO_WORK = {aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
+            aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.expand.default, aten.permute.default,
+            aten.transpose.int, aten.t.default, aten.slice.Tensor, aten.select.int, aten.detach.default,
+            aten.alias.default, aten.clone.default, aten._to_copy.default, aten.lift_fresh_copy.default,
+            operator.getitem, aten.split.Tensor, aten.split_with_sizes.default}
+
+
+class _Last(threading.local):
+    plan = None  # the partition a recorded call ran last in this thread (explain() shows it)
+
+
+last = _Last()
+
+
+def _tensor(n):
+    return n.op == "call_function" and isinstance(n.meta.get("val"), torch.Tensor)
+
+
+def _work(nodes):
+    """The ops that move or combine data (an inlined torch loss counts as many)."""
+    return sum(MIN_WORK if n.target is inline.OP else 1 for n in nodes if _tensor(n) and n.target not in _NO_WORK)
+
+
+class Partition:
+    """Steps in the trace's order: ("load", node, index), ("attr", node, tensor), ("torch", node, why,
+    shown: a torch op of the partition, not a size or a pick of a result), ("kernel", node, traced, inputs)."""
+
+    def __init__(self, steps, output, unsupported, name):
+        self.steps, self.output, self.unsupported, self.name = steps, output, unsupported, name
+        self.kernels = sum(1 for s in steps if s[0] == "kernel")
+        self.torch_ops = sum(1 for s in steps if s[0] == "torch" and s[3])
+
+    def run(self, tensors):
+        env = {}
+        rec = recording()
+        for step in self.steps:
+            kind, node = step[0], step[1]
+            if kind == "load":
+                env[node] = tensors[step[2]]
+            elif kind == "attr":
+                env[node] = step[2]
+            elif kind == "torch":
+                env[node] = node.target(*map_arg(node.args, env.__getitem__), **map_arg(node.kwargs, env.__getitem__))
+                if rec and step[3]:
+                    note(f"{self.name}: {opname(node.target)}", "torch", False, "forward", step[2])
+            else:
+                env[node] = run_trace(step[2], [env[m] for m in step[3]])
+        if rec:
+            last.plan = self
+        return env[self.output]
+
+    def describe(self):
+        """One line per kernel (the ops it fuses, what it materializes) and per torch op (why)."""
+        lines, k = [], 0
+        for step in self.steps:
+            if step[0] == "kernel":
+                k += 1
+                v = step[1].meta["val"]
+                what = "the loss" if step[1] is self.output else f"{step[1].name} {[shape_hint(d) for d in v.shape]}, " \
+                       "materialized: a torch op reads it"
+                lines.append(f"kernel {k}: reads {', '.join(m.name for m in step[3])} -> {what}")
+            elif step[0] == "torch" and step[3]:
+                lines.append(f"torch    {step[1].name} = {opname(step[1].target)}: {step[2]}")
+        return lines
+
+
+def _ancestors(o, stop):
+    """The nodes `o` is computed from, walking up to (and including) nodes in `stop` or leaves."""
+    seen, todo = {o}, [o]
+    while todo:
+        n = todo.pop()
+        if n is not o and (n in stop or n.op != "call_function"):
+            continue
+        for m in n.all_input_nodes:
+            if m not in seen:
+                seen.add(m)
+                todo.append(m)
+    return seen
+
+
+def _subgraph(gm, o, torch_nodes):
+    """The kernel computing `o`: its own fx graph whose placeholders are the values it reads (the trace's
+    inputs and tensors, the torch ops' results), in the trace's order; with the nodes it reads."""
+    need = _ancestors(o, torch_nodes)
+    g = torch.fx.Graph()
+    remap, reads = {}, []
+    for n in gm.graph.nodes:
+        if n not in need:
+            continue
+        if n.op != "call_function" or (n in torch_nodes and n is not o):
+            p = g.placeholder(f"in{len(reads)}")
+            p.meta = dict(n.meta)
+            remap[n] = p
+            reads.append(n)
+        else:
+            remap[n] = g.node_copy(n, remap.__getitem__)
+    g.output(remap[o])
+    sub = torch.fx.GraphModule(gm, g)
+    back = {v: k for k, v in remap.items()}
+    return sub, reads, back, need
+
+
+def _examples(gm, tensors):
+    """A stand-in tensor per node (zeros of its shape and dtype, requiring grad where torch's would): what
+    the lowering reads of its inputs (no values)."""
+    out, it = {}, iter(tensors)
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            out[n] = next(it)
+        elif n.op == "get_attr":
+            out[n] = getattr(gm, n.target, None)
+        elif _tensor(n):
+            v = n.meta["val"]
+            grad = v.is_floating_point() and n.target is not aten.detach.default and any(
+                isinstance(out.get(m), torch.Tensor) and out[m].requires_grad for m in n.all_input_nodes)
+            t = torch.zeros([shape_hint(d) for d in v.shape], dtype=v.dtype)
+            out[n] = t.requires_grad_() if grad else t
+    return out
+
+
+def _steps(gm, kernels, torch_nodes, why):
+    """The plan in the trace's order, or None where a torch op reads a value nothing computes (a size of a
+    value inside a kernel)."""
+    steps, have, i = [], set(), 0
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            steps.append(("load", n, i))
+            i += 1
+        elif n.op == "get_attr":
+            steps.append(("attr", n, getattr(gm, n.target)))
+        elif n.op == "output":
+            break
+        elif n in kernels:
+            traced, reads = kernels[n]
+            if not all(m in have for m in reads):
+                return None
+            steps.append(("kernel", n, traced, reads))
+        elif n in torch_nodes or not _tensor(n):
+            if not all(m in have for m in n.all_input_nodes):
+                if n in torch_nodes:
+                    return None
+                continue  # a size of a value inside a kernel: the kernel's own business
+            shown = n in torch_nodes and n.target is not operator.getitem  # (a result of a shown op)
+            steps.append(("torch", n, why.get(n, ""), shown))
+        else:
+            continue
+        have.add(n)
+    return steps
+
+
+def partition(gm, tensors, lower, whole, name):
+    """Fused kernels with torch ops between them for a trace that does not lower whole (`whole`: why), or
+    None: the module then runs eagerly."""
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    out = out[0] if isinstance(out, (list, tuple)) and len(out) == 1 else out
+    if not isinstance(out, torch.fx.Node) or not _tensor(out):
+        return None
+    for n in gm.graph.nodes:  # in-place ops and the inlined losses' placeholder op cannot run between kernels
+        schema = getattr(n.target, "_schema", None)
+        if schema is not None and schema.is_mutable:
+            return None
+    examples = _examples(gm, tensors)
+    torch_nodes, why, kernels, memo = set(), {}, {}, {}
+
+    def to_torch(n, reason):
+        if reason == opname(n.target):
+            reason = "no fused kernel expresses this op"
+        if n.target is inline.OP or n.op != "call_function":
+            raise Unsupported(whole.op, whole.line)
+        if not _tensor(n):  # an op of several results (sort's values and indices): they are picked in torch
+            if not isinstance(n.meta.get("val"), (tuple, list)):
+                raise Unsupported(whole.op, whole.line)
+            for u in n.users:
+                torch_nodes.add(u)
+                why.setdefault(u, reason)
+        torch_nodes.add(n)
+        why.setdefault(n, reason)
+
+    def blame(bad, o, op, need):
+        if bad.op != "call_function":  # an input the kernel cannot read: its readers run as torch ops
+            readers = [u for u in bad.users if u in need and _tensor(u) and u not in torch_nodes]
+            if not readers:
+                raise Unsupported(whole.op, whole.line)
+            for u in readers:
+                to_torch(u, f"reads {op}")
+        elif bad.target is inline.OP:  # an inlined torch loss stays whole: its computed index inputs run in torch
+            index = [m for m in bad.all_input_nodes if _tensor(m) and m not in torch_nodes
+                     and not m.meta["val"].is_floating_point()]
+            if not index:
+                raise Unsupported(whole.op, whole.line)
+            for m in index:
+                to_torch(m, f"read by a loss as {op}")
+        else:
+            to_torch(bad if bad not in torch_nodes else o, op)
+
+    tries = 0
+    try:
+        blame(whole.node or out, out, whole.op, set(gm.graph.nodes))
+        while True:
+            outs = [n for n in gm.graph.nodes if _tensor(n) and n not in torch_nodes and (
+                n is out or any(u in torch_nodes for u in n.users))]
+            kernels = {}
+            for o in outs:
+                sub, reads, back, need = _subgraph(gm, o, torch_nodes)
+                key = (o, tuple(reads))
+                if key not in memo:
+                    tries += 1
+                    if tries > MAX_TRIES:
+                        return None
+                    memo[key] = _lower_kernel(sub, [examples[m] for m in reads], lower, back)
+                result = memo[key]
+                if isinstance(result, Unsupported):
+                    blame(back.get(result.node, o), o, result.op, need)
+                    break
+                if result is None:
+                    for n in need:
+                        if _tensor(n) and n not in torch_nodes:
+                            to_torch(n, "too little work for a fused kernel of its own")
+                    break
+                kernels[o] = (result, reads)
+            else:
+                break
+    except Unsupported:
+        return None
+    if not kernels:
+        return None
+    steps = _steps(gm, kernels, torch_nodes, why)
+    return Partition(steps, out, whole, name) if steps else None
+
+
+def _lower_kernel(sub, examples, lower, back):
+    """The kernel's trace, its Unsupported, or None where it would compute too little to be worth one (or
+    a value that is not floating-point: a kernel's result is)."""
+    if _work([back[n] for n in sub.graph.nodes if n.op == "call_function"]) < MIN_WORK:
+        return None
+    if not next(n for n in sub.graph.nodes if n.op == "output").args[0].meta["val"].is_floating_point():
+        return None
+    try:
+        return lower(sub, examples)
+    except Unsupported as exc:
+        return exc
+    except tracing.TracingError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a lowering the rules did not foresee: the op runs in torch
+        return Unsupported(f"lowering failed ({type(exc).__name__})", "")
+
+
+tracing.PARTITION.append(partition)
