@@ -106,7 +106,8 @@ def _ancestors(o, stop):
 
 def _subgraph(gm, o, torch_nodes):
     """The kernel computing `o`: its own fx graph whose placeholders are the values it reads (the trace's
-    inputs and tensors, the torch ops' results), in the trace's order; with the nodes it reads."""
+    inputs and tensors, the torch ops' and other kernels' results), in the trace's order; with the nodes
+    it reads. `torch_nodes`: the values computed before it."""
     need = _ancestors(o, torch_nodes)
     g = torch.fx.Graph()
     remap, reads = {}, []
@@ -187,6 +188,7 @@ def partition(gm, tensors, lower, whole, name):
             return None
     examples = _examples(gm, tensors)
     torch_nodes, why, kernels, memo = set(), {}, {}, {}
+    cuts = set()  # values computed by a kernel of their own, read by the kernel after them
 
     def to_torch(n, reason):
         if reason == opname(n.target):
@@ -203,31 +205,34 @@ def partition(gm, tensors, lower, whole, name):
         why.setdefault(n, reason)
 
     def blame(bad, o, op, need):
-        if bad.op != "call_function":  # an input the kernel cannot read: its readers run as torch ops
-            readers = [u for u in bad.users if u in need and _tensor(u) and u not in torch_nodes]
+        if bad.op != "call_function" or bad in torch_nodes:  # an input the kernel cannot read: its readers
+            readers = [u for u in bad.users if u in need and _tensor(u) and u not in torch_nodes]  # run in torch
             if not readers:
                 raise Unsupported(whole.op, whole.line)
             for u in readers:
-                to_torch(u, f"reads {op}")
-        elif bad.target is inline.OP:  # an inlined torch loss stays whole: its computed index inputs run in torch
-            index = [m for m in bad.all_input_nodes if _tensor(m) and m not in torch_nodes
-                     and not m.meta["val"].is_floating_point()]
-            if not index:
+                blame(u, o, f"reads {op}", need)
+        elif bad.target is inline.OP:  # an inlined torch loss stays whole: the values it reads come from torch
+            computed = [m for m in bad.all_input_nodes if _tensor(m) and m not in torch_nodes]
+            index = [m for m in computed if not m.meta["val"].is_floating_point()]
+            if computed:
+                for m in index or computed:
+                    to_torch(m, f"read by a loss as {op}")
+            elif bad is not o and bad not in cuts:  # it reads kernel inputs only: a kernel of its own
+                cuts.add(bad)
+            else:
                 raise Unsupported(whole.op, whole.line)
-            for m in index:
-                to_torch(m, f"read by a loss as {op}")
         else:
-            to_torch(bad if bad not in torch_nodes else o, op)
+            to_torch(bad, op)
 
     tries = 0
     try:
         blame(whole.node or out, out, whole.op, set(gm.graph.nodes))
         while True:
             outs = [n for n in gm.graph.nodes if _tensor(n) and n not in torch_nodes and (
-                n is out or any(u in torch_nodes for u in n.users))]
+                n is out or n in cuts or any(u in torch_nodes for u in n.users))]
             kernels = {}
             for o in outs:
-                sub, reads, back, need = _subgraph(gm, o, torch_nodes)
+                sub, reads, back, need = _subgraph(gm, o, torch_nodes | cuts)
                 key = (o, tuple(reads))
                 if key not in memo:
                     tries += 1

@@ -96,7 +96,7 @@ class _Lowering:
         self.inline = []       # inline.Entry per autogen::inline_loss op of the trace, by its key
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         floats = [i for i, t in enumerate(example) if t.is_floating_point()]
-        floats = [i for i in floats if _read(placeholders[i])] or floats  # not one whose sizes alone are read
+        floats = [i for i in floats if i >= len(placeholders) or _read(placeholders[i])] or floats  # not one whose sizes alone are read
         if not floats:
             raise Unsupported("a loss without floating-point inputs", "")
         # an input read only through slices (glu's halves, x.chunk(2, -1)) counts with its first part's shape
@@ -266,6 +266,10 @@ class _Lowering:
                 self.env[n] = self._lower(n)
             except Unsupported as exc:
                 raise Unsupported(exc.op, exc.line or source_line(n), exc.why, exc.error, n) from None
+            except AutogenError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a rule that did not foresee this use: the op is not lowered
+                raise Unsupported(_why("lowering failed", exc), source_line(n), node=n) from None
         val = self.env[out]
         if not isinstance(val, V):
             raise Unsupported("a loss returning a Python number", "")
@@ -1182,7 +1186,8 @@ class _Traced:
     policy: str = field(default=None, compare=False, repr=False)      # and the policy it was chosen under
 
 
-def _trace(module, forward, tensors, cls):
+def _graph(module, forward, tensors, cls):
+    """The forward traced to ATen ops (make_fx, symbolic sizes) and the inlined losses' entries."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     def fn(*ts):
@@ -1208,8 +1213,17 @@ def _trace(module, forward, tensors, cls):
             kind = "item" if _ITEM_RE.search(text) else "control"
             raise TracingError(_tracing_message(kind, line)) from None
         raise Unsupported(f"{type(exc).__name__}: {exc}".split("\n")[0][:200], line) from None
+    return gm, calls
+
+
+def _trace(module, forward, tensors, cls):
+    gm, calls = _graph(module, forward, tensors, cls)
     for chunked_trace in CHUNKED:  # F.linear then row-wise work: the logits in row chunks
-        chunked = chunked_trace(gm, tensors, lambda g, ts: _lower(g, ts, cls, calls))
+        try:
+            chunked = chunked_trace(gm, tensors, lambda g, ts: _lower(g, ts, cls, calls))
+        except Unsupported:  # the rest does not lower: the partition below may still cut the trace, which the
+            chunked = None  # chunked attempt rewrote: traced again
+            gm, calls = _graph(module, forward, tensors, cls)
         if chunked is not None:
             return chunked
     try:

@@ -21,7 +21,7 @@ LAYERS = {
     "tracing": ["tracing", "chunked", "partition"],
     "integration": ["ops", "inductor_pass", "explain"],
     "face": ["__init__"],
-    "tools": ["__main__", "cli", "runner", "timing", "bench", "report", "corpus", "train_bench", "_fit_specfun"],
+    "tools": ["__main__", "cli", "runner", "timing", "bench", "report", "corpus", "corpus_shapes", "train_bench", "_fit_specfun"],
 }
 LAYER_OF = {m: i for i, (_, mods) in enumerate(LAYERS.items()) for m in mods}
 FUNCTION_LEVEL_OK = {"cli", "__main__"}  # the CLI imports each command's modules when that command runs
