@@ -27,6 +27,8 @@ from autogen import functional as AF
 from autogen import isa as _isa
 from autogen import activations, train_bench
 from autogen.corpus import CORPUS, make
+from autogen.corpus_shapes import CASES as SHAPES
+from autogen.policies import policy, record
 from autogen.executor import tensors_in
 from autogen import report
 from autogen.report import TORCH_LEGEND, TORCH_MARK
@@ -718,6 +720,46 @@ def bench_custom(n_elems, reps, compile=True):
     return out
 
 
+def bench_shapes(n_elems, reps, compile=True):
+    """The corpus of losses of any shape (autogen.corpus_shapes) at about n_elems elements in the largest
+    input: eager, policy medium (fused kernels, with torch ops between them where the partition cut), compile."""
+    print(f"\ncustom losses of any shape (autogen/corpus_shapes.py), about {n_elems} elements, forward+backward, "
+          f"median of {reps}")
+    head = f"{'loss':28s} {'path':>6s} {'eager ms':>9s} {'fused ms':>9s} {'compile ms':>10s} {'eager/fused':>11s} " \
+           f"{'compile/fused':>13s}"
+    print(head)
+    print("-" * len(head))
+    out = []
+    _raise_recompile_limit()
+    for case in SHAPES:
+        n = max(int(math.isqrt(n_elems)), 1) if case.pairwise else max(n_elems // 64, 1)
+        args = [a.requires_grad_(i in case.diff) for i, a in
+                enumerate(case.make(torch.float32, n, torch.Generator().manual_seed(0)))]
+        fused = case.cls(use_autogen=True)
+        with policy("medium"), record() as rec:
+            fused(*args)
+        path = "eager" if not rec.calls else "split" if any(c.path == "torch" for c in rec.calls) else "fused"
+        fns = {"eager": fwd_bwd(case.cls(), args),
+               "fused": fwd_bwd(lambda *a, _m=fused: _under_policy("medium", lambda: _m(*a)), args)}
+        if compile:
+            fns["compile"] = fwd_bwd(torch.compile(case.cls(), dynamic=False), args)
+        res = measure(fns, reps)
+        e, f = res["eager"]["median"], res["fused"]["median"]
+        c = res["compile"]["median"] if compile else float("nan")
+        name = case.cls.__name__
+        out.append({"loss": name, "path": path, "eager_ms": e * 1e3, "fused_ms": f * 1e3, "compile_ms": c * 1e3,
+                    "eager_over_fused": e / f, "compile_over_fused": c / f})
+        print(f"{name:28s} {path:>6s} {e * 1e3:9.2f} {f * 1e3:9.2f} {c * 1e3:10.2f} {e / f:10.2f}x {c / f:12.2f}x")
+    slower = [r["loss"] for r in out if r["eager_over_fused"] < 1]
+    line = f"geometric mean: eager/fused {_geo([r['eager_over_fused'] for r in out]):.2f}x"
+    if compile:
+        line += f", compile/fused {_geo([r['compile_over_fused'] for r in out]):.2f}x"
+    paths = {p: sum(r["path"] == p for r in out) for p in ("fused", "split", "eager")}
+    print(line + f"; paths {paths}" + (f"; slower than eager: {', '.join(slower)}" if slower else
+                                       "; none slower than eager"))
+    return out
+
+
 # -- channel-first cross-entropy: (N, C, d1..dK) logits, classes read in place (no transposed copy) --------
 CHANNEL_FIRST = ((8, 19, 128, 128), (16, 1000, 8, 16))  # ~2M elements: segmentation-like, many classes
 
@@ -842,7 +884,9 @@ def _one_table(args, reps, main_size, nl_names, dtype_names):
     elif args.custom:  # the custom-loss section alone, at about 2M elements unless --elems says otherwise
         elems = args.elems if args.elems != 1 << 22 else 1 << 21
         rows = bench_custom(elems, reps, compile=not args.no_compile)
-        _dump(args.out, "custom.json", {"elements": elems, "threads": torch.get_num_threads(), "rows": rows})
+        shapes = bench_shapes(elems, reps, compile=not args.no_compile)
+        _dump(args.out, "custom.json", {"elements": elems, "threads": torch.get_num_threads(), "rows": rows,
+                                        "shapes": shapes})
     elif args.dtypes:
         dtype_table(dtype_names, main_size, reps, args.out, args.dtypes_threads)
     elif args.crossovers:

@@ -429,6 +429,7 @@ class Case:
     domain: str
     make: object   # (dtype, n, generator) -> inputs, n a scale (the largest input about n * 64 elements)
     diff: tuple    # inputs that get gradients
+    pairwise: bool = False  # an (n, n) matrix inside: timed at n = sqrt(elements), not elements / 64
 
 
 def _rn(g, dtype, *shape):
@@ -522,13 +523,13 @@ CASES = [
                                                                       torch.rand(3, dtype=dt, generator=g)], (0,)),
     Case(FeatureMatching, "generative", lambda dt, n, g: [_rn(g, dt, n, 8), _rn(g, dt, n, 8), _rn(g, dt, n, 2, 4),
                                                            _rn(g, dt, n, 2, 4)], (0, 2)),
-    Case(CLIP, "metric", lambda dt, n, g: [_rn(g, dt, n, 8), _rn(g, dt, n, 8)], (0, 1)),
-    Case(BatchHardTriplet, "metric", lambda dt, n, g: [_rn(g, dt, n, 8), _ri(g, 3, n)], (0,)),
+    Case(CLIP, "metric", lambda dt, n, g: [_rn(g, dt, n, 8), _rn(g, dt, n, 8)], (0, 1), pairwise=True),
+    Case(BatchHardTriplet, "metric", lambda dt, n, g: [_rn(g, dt, n, 8), _ri(g, 3, n)], (0,), pairwise=True),
     Case(CenterLoss, "metric", lambda dt, n, g: [_rn(g, dt, n, 16), _ri(g, 10, n)], (0,)),
     Case(AdditiveMargin, "metric", lambda dt, n, g: [_rn(g, dt, n, 8), _rn(g, dt, 5, 8), _ri(g, 5, n)], (0, 1)),
-    Case(SupCon, "metric", lambda dt, n, g: [_rn(g, dt, n, 8), _ri(g, 3, n)], (0,)),
-    Case(PairwiseRanking, "metric", lambda dt, n, g: [_rn(g, dt, n), _ri(g, 4, n).to(dt)], (0,)),
-    Case(NPair, "metric", lambda dt, n, g: [_rn(g, dt, n, 8), _rn(g, dt, n, 8)], (0, 1)),
+    Case(SupCon, "metric", lambda dt, n, g: [_rn(g, dt, n, 8), _ri(g, 3, n)], (0,), pairwise=True),
+    Case(PairwiseRanking, "metric", lambda dt, n, g: [_rn(g, dt, n), _ri(g, 4, n).to(dt)], (0,), pairwise=True),
+    Case(NPair, "metric", lambda dt, n, g: [_rn(g, dt, n, 8), _rn(g, dt, n, 8)], (0, 1), pairwise=True),
     Case(CoxPH, "survival", _surv, (0,)),
     Case(DiscreteHazard, "survival", lambda dt, n, g: [_rn(g, dt, n, 6), _ri(g, 6, n), _bits(g, dt, n)], (0,)),
     Case(MultiQuantile, "tabular", lambda dt, n, g: [_rn(g, dt, n, 5), _rn(g, dt, n, 1)], (0,)),

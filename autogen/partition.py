@@ -7,7 +7,7 @@ results. The cut repeats until every kernel lowers. A kernel with less than MIN_
 as torch ops too: one torch op is as fast as a kernel of one op. Each kernel is an ordinary trace
 (tracing.run_trace: its own autograd node), each torch op runs under torch's autograd, so gradients flow
 through both as eagerly. A module runs wholly eagerly only when no kernel is left (or an op in the way
-cannot run as a torch call: the inlined losses' placeholder op, an in-place op).
+cannot run as a torch call: the inlined losses' placeholder op, an in-place op on an input or a view).
 """
 import operator
 import threading
@@ -29,6 +29,11 @@ _NO_WORK = {aten.view.default, aten._unsafe_view.default, aten.reshape.default, 
             aten.transpose.int, aten.t.default, aten.slice.Tensor, aten.select.int, aten.detach.default,
             aten.alias.default, aten.clone.default, aten._to_copy.default, aten.lift_fresh_copy.default,
             operator.getitem, aten.split.Tensor, aten.split_with_sizes.default}
+
+
+# a view recorded on the trace's (contiguous) input is a reshape of a call's input of any strides
+_VIEWS = {aten.view.default, aten._unsafe_view.default}
+_RESHAPE = aten.reshape.default
 
 
 class _Last(threading.local):
@@ -66,7 +71,8 @@ class Partition:
             elif kind == "attr":
                 env[node] = step[2]
             elif kind == "torch":
-                env[node] = node.target(*map_arg(node.args, env.__getitem__), **map_arg(node.kwargs, env.__getitem__))
+                op = _RESHAPE if node.target in _VIEWS else node.target  # the trace's view of a contiguous input:
+                env[node] = op(*map_arg(node.args, env.__getitem__), **map_arg(node.kwargs, env.__getitem__))  # any
                 if rec and step[3]:
                     note(f"{self.name}: {opname(node.target)}", "torch", False, "forward", step[2])
             else:
@@ -175,6 +181,46 @@ def _steps(gm, kernels, torch_nodes, why):
     return steps
 
 
+def _mutates(n):
+    schema = getattr(n.target, "_schema", None)
+    return schema is not None and schema.is_mutable
+
+
+# ops whose result shares its input's memory: an in-place change of one shows in the other
+_ALIASING = {aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
+             aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.expand.default, aten.permute.default,
+             aten.transpose.int, aten.t.default, aten.slice.Tensor, aten.select.int, aten.detach.default,
+             aten.alias.default, aten.diagonal.default, aten.as_strided.default, aten.narrow.default,
+             aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int, operator.getitem}
+
+
+def functionalize(gm):
+    """In-place ops on a tensor the forward made itself (labels = labels.clone(); labels[labels < 0] = 0)
+    as their out-of-place forms, the later readers reading the result: True, or False where an in-place op
+    changes an input, a view, or a tensor a view was taken of (the trace then stays as it is)."""
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    plan = []
+    for m in gm.graph.nodes:
+        if not _mutates(m):
+            continue
+        packet = getattr(m.target, "overloadpacket", None)
+        name = getattr(packet, "__name__", "")
+        functional = getattr(getattr(aten, name[:-1], None), m.target._overloadname, None) if name.endswith("_") \
+            else None
+        a = m.args[0] if m.args else None
+        if functional is None or not isinstance(a, torch.fx.Node) or a.op != "call_function" or \
+                a.target in _ALIASING or any(u.target in _ALIASING for u in a.users):
+            return False
+        plan.append((m, functional, a))
+    for m, functional, a in plan:
+        for u in list(a.users):
+            if u is not m and order[u] > order[m]:  # read after the change: reads the new value
+                u.replace_input_with(a, m)
+        m.target = functional
+    gm.recompile()
+    return True
+
+
 def partition(gm, tensors, lower, whole, name):
     """Fused kernels with torch ops between them for a trace that does not lower whole (`whole`: why), or
     None: the module then runs eagerly."""
@@ -182,81 +228,103 @@ def partition(gm, tensors, lower, whole, name):
     out = out[0] if isinstance(out, (list, tuple)) and len(out) == 1 else out
     if not isinstance(out, torch.fx.Node) or not _tensor(out):
         return None
-    for n in gm.graph.nodes:  # in-place ops and the inlined losses' placeholder op cannot run between kernels
-        schema = getattr(n.target, "_schema", None)
-        if schema is not None and schema.is_mutable:
+    if any(_mutates(n) for n in gm.graph.nodes):
+        if not functionalize(gm):
             return None
-    examples = _examples(gm, tensors)
-    torch_nodes, why, kernels, memo = set(), {}, {}, {}
-    cuts = set()  # values computed by a kernel of their own, read by the kernel after them
+        try:
+            return lower(gm, tensors)  # without its in-place ops the trace may lower whole
+        except Unsupported as exc:
+            whole = exc
+    cut = _Cut(gm, out, tensors, lower, whole)
+    try:
+        kernels = cut.run()
+    except Unsupported:
+        return None
+    steps = _steps(gm, kernels, cut.torch_nodes, cut.why) if kernels else None
+    return Partition(steps, out, whole, name) if steps else None
 
-    def to_torch(n, reason):
+
+class _Cut:
+    """The cutting loop: which nodes run as torch ops (`torch_nodes`, `why`) and which values are kernels'
+    outputs. Raises Unsupported where no partition is found."""
+
+    def __init__(self, gm, out, tensors, lower, whole):
+        self.gm, self.out, self.lower, self.whole = gm, out, lower, whole
+        self.examples = _examples(gm, tensors)
+        self.torch_nodes, self.why, self.memo = set(), {}, {}
+        self.cuts = set()  # values computed by a kernel of their own, read by the kernel after them
+        self.tries = 0
+
+    def give_up(self):
+        raise Unsupported(self.whole.op, self.whole.line)
+
+    def to_torch(self, n, reason):
         if reason == opname(n.target):
             reason = "no fused kernel expresses this op"
         if n.target is inline.OP or n.op != "call_function":
-            raise Unsupported(whole.op, whole.line)
+            self.give_up()
         if not _tensor(n):  # an op of several results (sort's values and indices): they are picked in torch
             if not isinstance(n.meta.get("val"), (tuple, list)):
-                raise Unsupported(whole.op, whole.line)
+                self.give_up()
             for u in n.users:
-                torch_nodes.add(u)
-                why.setdefault(u, reason)
-        torch_nodes.add(n)
-        why.setdefault(n, reason)
+                self.torch_nodes.add(u)
+                self.why.setdefault(u, reason)
+        self.torch_nodes.add(n)
+        self.why.setdefault(n, reason)
 
-    def blame(bad, o, op, need):
-        if bad.op != "call_function" or bad in torch_nodes:  # an input the kernel cannot read: its readers
-            readers = [u for u in bad.users if u in need and _tensor(u) and u not in torch_nodes]  # run in torch
+    def blame(self, bad, o, op, need):
+        """The node a kernel's lowering stopped at (`bad`, in the kernel computing `o`) leaves the kernel."""
+        if bad.op != "call_function" or bad in self.torch_nodes:  # an input the kernel cannot read: its
+            readers = [u for u in bad.users if u in need and _tensor(u) and u not in self.torch_nodes]  # readers
             if not readers:
-                raise Unsupported(whole.op, whole.line)
+                self.give_up()
             for u in readers:
-                blame(u, o, f"reads {op}", need)
+                self.blame(u, o, f"reads {op}", need)
         elif bad.target is inline.OP:  # an inlined torch loss stays whole: the values it reads come from torch
-            computed = [m for m in bad.all_input_nodes if _tensor(m) and m not in torch_nodes]
+            computed = [m for m in bad.all_input_nodes if _tensor(m) and m not in self.torch_nodes]
             index = [m for m in computed if not m.meta["val"].is_floating_point()]
             if computed:
                 for m in index or computed:
-                    to_torch(m, f"read by a loss as {op}")
-            elif bad is not o and bad not in cuts:  # it reads kernel inputs only: a kernel of its own
-                cuts.add(bad)
+                    self.to_torch(m, f"read by a loss as {op}")
+            elif bad is not o and bad not in self.cuts:  # it reads kernel inputs only: a kernel of its own
+                self.cuts.add(bad)
             else:
-                raise Unsupported(whole.op, whole.line)
+                self.give_up()
         else:
-            to_torch(bad, op)
+            self.to_torch(bad, op)
 
-    tries = 0
-    try:
-        blame(whole.node or out, out, whole.op, set(gm.graph.nodes))
+    def kernel(self, o):
+        """The lowering of the kernel computing `o` now (memoized by what it reads), with its reads and nodes."""
+        sub, reads, back, need = _subgraph(self.gm, o, self.torch_nodes | self.cuts)
+        key = (o, tuple(reads))
+        if key not in self.memo:
+            self.tries += 1
+            if self.tries > MAX_TRIES:
+                self.give_up()
+            self.memo[key] = _lower_kernel(sub, [self.examples[m] for m in reads], self.lower, back), back
+        result, back = self.memo[key]
+        return result, reads, back, need
+
+    def run(self):
+        whole = self.whole
+        self.blame(whole.node or self.out, self.out, whole.op, set(self.gm.graph.nodes))
         while True:
-            outs = [n for n in gm.graph.nodes if _tensor(n) and n not in torch_nodes and (
-                n is out or n in cuts or any(u in torch_nodes for u in n.users))]
+            outs = [n for n in self.gm.graph.nodes if _tensor(n) and n not in self.torch_nodes and (
+                n is self.out or n in self.cuts or any(u in self.torch_nodes for u in n.users))]
             kernels = {}
             for o in outs:
-                sub, reads, back, need = _subgraph(gm, o, torch_nodes | cuts)
-                key = (o, tuple(reads))
-                if key not in memo:
-                    tries += 1
-                    if tries > MAX_TRIES:
-                        return None
-                    memo[key] = _lower_kernel(sub, [examples[m] for m in reads], lower, back)
-                result = memo[key]
+                result, reads, back, need = self.kernel(o)
                 if isinstance(result, Unsupported):
-                    blame(back.get(result.node, o), o, result.op, need)
+                    self.blame(back.get(result.node, o), o, result.op, need)
                     break
                 if result is None:
                     for n in need:
-                        if _tensor(n) and n not in torch_nodes:
-                            to_torch(n, "too little work for a fused kernel of its own")
+                        if _tensor(n) and n not in self.torch_nodes:
+                            self.to_torch(n, "too little work for a fused kernel of its own")
                     break
                 kernels[o] = (result, reads)
             else:
-                break
-    except Unsupported:
-        return None
-    if not kernels:
-        return None
-    steps = _steps(gm, kernels, torch_nodes, why)
-    return Partition(steps, out, whole, name) if steps else None
+                return kernels
 
 
 def _lower_kernel(sub, examples, lower, back):

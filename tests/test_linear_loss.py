@@ -10,6 +10,7 @@ import autogen
 from autogen import chunked
 from autogen import linear_loss as LL
 from autogen.functional import linear_cross_entropy
+from cases import path_taken
 
 N, H, V = 37, 16, 29  # 37 rows: chunk sizes 8 and 5 leave a ragged last chunk, 37 and 64 one chunk
 
@@ -469,14 +470,21 @@ class NotChunkable(torch.nn.Module):
         return TF.cross_entropy(z, t, reduction="sum") / torch.logsumexp(z, -1).sum()  # a ratio of sums
 
 
-@pytest.mark.parametrize("kind,why", [("weight_decay", "weight also used outside F.linear"),
-                                      ("ratio", "not linear in its sums")])
-def test_traced_loss_after_linear_that_cannot_chunk_runs_eagerly(kind, why):
+@pytest.mark.parametrize("kind", ["weight_decay", "ratio"])
+def test_traced_loss_after_linear_that_cannot_chunk_runs_the_linear_layer_in_torch(kind):
+    """The weight read outside the linear layer, or a loss not linear in its sums: no row chunks, so the
+    linear layer runs as torch's op and the loss after it as fused kernels (no warning)."""
+    import warnings
     args = _custom_inputs(torch.float64)
-    with pytest.warns(RuntimeWarning, match=why):
+    with autogen.policy("aggressive"), autogen.record() as rec, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         out, got = _custom_grads(NotChunkable(kind, use_autogen=True), *args)
     ref, want = _custom_grads(NotChunkable(kind), *args)
+    assert path_taken(rec, caught, "NotChunkable") == "split"
+    assert any(c.op.split(": ")[1] in ("addmm.default", "mm.default") for c in rec.calls if c.path == "torch")
     torch.testing.assert_close(out, ref)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
 
 
 def test_runner_gpt_fused_output(tmp_path):

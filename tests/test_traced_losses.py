@@ -18,7 +18,7 @@ import torch.nn.functional as TF
 import autogen
 from autogen import autogen_loss
 from autogen import functional as AF
-from cases import CASES, DTYPES, tolerances
+from cases import CASES, DTYPES, path_taken, tolerances
 
 # the engine's own warnings (a fallback, a failed kernel) fail every test that does not expect one
 pytestmark = pytest.mark.filterwarnings("error:autogen:RuntimeWarning")
@@ -85,10 +85,13 @@ def _compare(cls, args, dtype, eager_reason=None, ref_cls=None):
         assert not engine, [str(w.message) for w in engine]
         phases = ["forward", "backward"] if diff else ["forward"]
         assert [(c.op, c.path, c.fused, c.phase) for c in rec.calls] == [(name, "autogen", True, p) for p in phases]
-    else:
+    elif engine:  # what the lowering cannot express: eager with one warning saying why, or (below) torch ops
         assert len(engine) == 1 and f"autogen_loss {name}" in str(engine[0].message), [str(w.message) for w in engine]
         assert EAGER_MESSAGES[eager_reason] in str(engine[0].message), str(engine[0].message)
         assert not any(c.op == name for c in rec.calls)  # (autogen.functional's own calls may run fused)
+    else:  # between fused kernels, the op the reason names among them
+        assert path_taken(rec, caught, name) == "split"
+        assert any(EAGER_MESSAGES[eager_reason] in c.reason for c in rec.calls if c.path == "torch"), rec.calls
 
 
 # -- the loss table ---------------------------------------------------------------------------------

@@ -1,0 +1,212 @@
+"""Losses of any shape (autogen/corpus_shapes.py) and random programs: each runs as one fused kernel, or as
+fused kernels with torch ops between them (autogen/partition.py), and gives eager torch's values and
+gradients; a module runs wholly eagerly (one warning) only where the partition cannot help."""
+import warnings
+
+import numba
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+import autogen
+from autogen.corpus_shapes import CASES
+from cases import path_taken, tolerances
+
+# the partition of each corpus loss at n = 7: "fused", or a torch op that must run between its kernels
+PARTITION = {
+    "YoloHead": "select.int", "GIoU": "select.int", "CenterNetFocal": "fused", "WeightedBoxL1": "fused",
+    "HardNegativeMining": "sort.default", "KeypointHeatmap": "slice.Tensor", "Centerness": "max.dim",
+    "SequenceCE": "sum.dim_IntList", "PPOClip": "fused", "Reinforce": "cumsum.default",
+    "TokenDPO": "split_with_sizes.default", "MaskedEntropy": "fused", "KLPenalty": "fused",
+    "NormalizedAdvantagePG": "var.correction", "VAE": "sum.dim_IntList", "BetaVAE": "sum.dim_IntList",
+    "GramStyle": "bmm.default", "TotalVariation": "slice.Tensor", "HingeGAN": "fused", "DiffusionEps": "index.Tensor",
+    "ChannelWeightedCharbonnier": "fused", "FeatureMatching": "mean.default", "CLIP": "mm.default",
+    "BatchHardTriplet": "_cdist_forward.default", "CenterLoss": "index.Tensor", "AdditiveMargin": "mm.default",
+    "SupCon": "mm.default", "PairwiseRanking": "sub.Tensor", "NPair": "diagonal.default",
+    "CoxPH": "logcumsumexp.default", "DiscreteHazard": "cumprod.default", "MultiQuantile": "fused",
+    "MultiTaskTabular": "select.int", "Coral": "fused", "Tweedie": "fused", "PoissonExposure": "fused",
+    "AlphaFocalMultiLabel": "fused", "StandardizedHuber": "var.correction", "DiagGaussianNLL": "fused",
+    "IgnoreIndexCE": "index_put.default",  # labels[~mask] = 0 on a clone: its out-of-place form
+}
+# runs eagerly: the reason its warning names
+EAGER = {}
+
+
+def _run(case, dtype, n, layout=None):
+    g = torch.Generator().manual_seed(n)
+    args = case.make(dtype, n, g)
+    if layout == "strided":  # the same values, not contiguous
+        args = [a.transpose(0, -1).contiguous().transpose(0, -1) if a.dim() > 1 else a for a in args]
+    eager_in = [a.clone().requires_grad_(i in case.diff) for i, a in enumerate(args)]
+    ours_in = [a.clone().requires_grad_(i in case.diff) for i, a in enumerate(args)]
+    ref_module, module = case.cls(), case.cls(use_autogen=True)
+    module.load_state_dict(ref_module.state_dict())
+    ref = ref_module(*eager_in)
+    want = torch.autograd.grad(ref * 1.5, [eager_in[i] for i in case.diff])
+    with autogen.policy("aggressive"), autogen.record() as rec, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = module(*ours_in)
+        got = torch.autograd.grad(out * 1.5, [ours_in[i] for i in case.diff])
+    tol = dict(tolerances(dtype), equal_nan=True)  # a batch of one: std's nan, as torch's
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    torch.testing.assert_close(out, ref, **tol)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, **tol)
+    return rec, caught
+
+
+def test_the_corpus_has_40_losses_in_five_domains():
+    assert len(CASES) >= 40 and len({c.domain for c in CASES}) >= 5
+    assert set(PARTITION) | set(EAGER) == {c.cls.__name__ for c in CASES}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.cls.__name__)
+def test_corpus_partition_values_and_gradients(case, dtype):
+    name = case.cls.__name__
+    rec, caught = _run(case, dtype, 7)
+    taken = path_taken(rec, caught, name)
+    if name in EAGER:
+        assert taken == "eager" and EAGER[name] in str(caught[0].message)
+    elif PARTITION[name] == "fused":
+        assert taken == "fused"
+    else:
+        assert taken == "split"
+        ops = [c.op.split(": ", 1)[1] for c in rec.calls if c.path == "torch"]
+        assert PARTITION[name] in ops, ops
+
+
+@pytest.mark.parametrize("variant", ["one", "strided", "one_thread"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.cls.__name__)
+def test_corpus_at_odd_sizes_layouts_and_threads(case, variant):
+    """A batch of one, non-contiguous inputs, one thread: the values and gradients still torch's."""
+    if variant == "one":
+        _run(case, torch.float64, 1)
+    elif variant == "strided":  # after a contiguous call of the same signature: its trace, other strides
+        _run(case, torch.float32, 7)
+        _run(case, torch.float32, 7, "strided")
+    else:
+        threads = torch.get_num_threads(), numba.get_num_threads()
+        torch.set_num_threads(1)
+        numba.set_num_threads(1)
+        try:
+            _run(case, torch.float64, 5)
+        finally:
+            torch.set_num_threads(threads[0])
+            numba.set_num_threads(threads[1])
+
+
+def test_explain_shows_each_kernel_and_torch_op():
+    case = next(c for c in CASES if c.cls is autogen.corpus_shapes.CLIP)
+    args = case.make(torch.float64, 6, torch.Generator().manual_seed(0))
+    with autogen.policy("aggressive"):
+        ex = autogen.explain(case.cls(use_autogen=True), *args)
+    kernels = [p for p in ex.partition if p.startswith("kernel")]
+    ops = [p for p in ex.partition if p.startswith("torch")]
+    assert len(kernels) >= 2 and kernels[-1].endswith("the loss"), ex.partition
+    assert any("mm" in p and "no fused kernel expresses this op" in p for p in ops), ex.partition
+    assert any("materialized" in p for p in kernels), ex.partition
+
+
+@autogen.autogen_loss
+class ChangesItsInput(torch.nn.Module):
+    def forward(self, x, t):
+        t.clamp_(min=0)  # the caller's tensor changes: only eager torch does that
+        return torch.sort(x - t, -1).values.pow(2).mean()
+
+
+@autogen.autogen_loss
+class ChangesAClone(torch.nn.Module):
+    def forward(self, x, t):
+        t = t.clone()
+        before = t.exp()  # read before the change
+        t[t < 0] = 0
+        return (x * before).mean() + torch.sort(x - t, -1).values.pow(2).mean()
+
+
+def test_in_place_ops_on_a_clone_are_rewritten_and_on_an_input_run_eagerly():
+    x, t = torch.randn(6, 5, dtype=torch.float64), torch.randn(6, 5, dtype=torch.float64)
+    for cls, want in ((ChangesAClone, "split"), (ChangesItsInput, "eager")):
+        ta, tb = t.clone(), t.clone()
+        xs = [x.clone().requires_grad_(), x.clone().requires_grad_()]
+        ref = cls()(xs[0], ta)
+        ref.backward()
+        with autogen.policy("aggressive"), autogen.record() as rec, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = cls(use_autogen=True)(xs[1], tb)
+            out.backward()
+        assert path_taken(rec, caught, cls.__name__) == want
+        torch.testing.assert_close(out, ref)
+        torch.testing.assert_close(xs[1].grad, xs[0].grad)
+        torch.testing.assert_close(tb, ta)  # the input changed, or not, as eagerly
+
+
+def test_a_partitioned_module_under_torch_compile():
+    """Inside torch.compile the module is one autogen::call whose implementation runs the partition: no
+    graph break, values and gradients as eagerly."""
+    x, t = torch.randn(6, 5, dtype=torch.float64), torch.randn(6, 5, dtype=torch.float64)
+    xs = [x.clone().requires_grad_(), x.clone().requires_grad_()]
+    ref = ChangesAClone()(xs[0], t)
+    ref.backward()
+    module = ChangesAClone(use_autogen=True)
+    torch._dynamo.reset()
+    with autogen.policy("aggressive"), autogen.record() as rec:
+        out = torch.compile(module, fullgraph=True, backend="aot_eager")(xs[1], t)
+        out.backward()
+    assert any(c.path == "torch" for c in rec.calls) and any(c.path == "autogen" for c in rec.calls), rec.calls
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(xs[1].grad, xs[0].grad)
+
+
+# -- random programs: steps that lower and steps that do not, in any order -----------------------------
+STEPS = {  # name -> f(x, w) on a (R, C) float tensor (w: a fixed (C, C) matrix), keeping the shape
+    "exp": lambda x, w: torch.exp(-x.abs()),
+    "sigmoid_mul": lambda x, w: torch.sigmoid(x) * x,
+    "row_softmax": lambda x, w: torch.softmax(x, -1),
+    "center_rows": lambda x, w: x - x.mean(-1, keepdim=True),
+    "scale_whole": lambda x, w: x / (x.abs().sum() + 1),
+    "col_norm": lambda x, w: x / (x.pow(2).sum(0, keepdim=True) + 1).sqrt(),
+    "sort": lambda x, w: torch.sort(x, -1).values,
+    "cumsum_rows": lambda x, w: torch.cumsum(x, 1) / x.size(1),
+    "cumsum_cols": lambda x, w: torch.cumsum(x, 0) / x.size(0),
+    "matmul": lambda x, w: x @ w,
+    "flip": lambda x, w: x.flip(0),
+    "first_col": lambda x, w: x * x[:, :1],
+    "transpose_back": lambda x, w: (x.t() * 2).t(),
+}
+ENDS = {
+    "mean": lambda y: y.mean(),
+    "row_logsumexp_mean": lambda y: torch.logsumexp(y, -1).mean(),
+    "per_row_sum_then_max_pow": lambda y: y.sum(0).pow(2).mean(),
+}
+
+
+def _program(steps, end):
+    def forward(self, x, t, w):
+        y = x - t
+        for s in steps:
+            y = STEPS[s](y, w)
+        return ENDS[end](y)
+    return forward
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(st.lists(st.sampled_from(sorted(STEPS)), min_size=1, max_size=5), st.sampled_from(sorted(ENDS)),
+       st.integers(1, 9), st.integers(1, 9))
+def test_random_programs_match_eager(steps, end, rows, cols):
+    """Never a wrong number, whatever the partition: fused, kernels with torch ops between, or eager."""
+    cls = autogen.autogen_loss(type("RandomProgram", (torch.nn.Module,), {"forward": _program(steps, end)}))
+    g = torch.Generator().manual_seed(rows * 10 + cols)
+    x = torch.randn(rows, cols, dtype=torch.float64, generator=g)
+    t = torch.randn(rows, cols, dtype=torch.float64, generator=g)
+    w = torch.randn(cols, cols, dtype=torch.float64, generator=g)
+    xs = [x.clone().requires_grad_(), x.clone().requires_grad_()]
+    ref = cls()(xs[0], t, w)
+    want, = torch.autograd.grad(ref, xs[0])
+    with autogen.policy("aggressive"), autogen.record() as rec, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = cls(use_autogen=True)(xs[1], t, w)
+        got, = torch.autograd.grad(out, xs[1])
+    path_taken(rec, caught, "RandomProgram")
+    torch.testing.assert_close(out, ref, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
