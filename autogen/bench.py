@@ -722,7 +722,8 @@ def bench_custom(n_elems, reps, compile=True):
 
 def bench_shapes(n_elems, reps, compile=True):
     """The corpus of losses of any shape (autogen.corpus_shapes) at about n_elems elements in the largest
-    input: eager, policy medium (fused kernels, with torch ops between them where the partition cut), compile."""
+    input (the pairwise ones: an n x n matrix of that many): eager, policy medium (fused kernels, with torch
+    ops between them where the partition cut), compile."""
     print(f"\ncustom losses of any shape (autogen/corpus_shapes.py), about {n_elems} elements, forward+backward, "
           f"median of {reps}")
     head = f"{'loss':28s} {'path':>6s} {'eager ms':>9s} {'fused ms':>9s} {'compile ms':>10s} {'eager/fused':>11s} " \
@@ -732,7 +733,8 @@ def bench_shapes(n_elems, reps, compile=True):
     out = []
     _raise_recompile_limit()
     for case in SHAPES:
-        n = max(int(math.isqrt(n_elems)), 1) if case.pairwise else max(n_elems // 64, 1)
+        probe = max(a.numel() for a in case.make(torch.float32, 64, torch.Generator().manual_seed(0)))
+        n = max(int(math.isqrt(n_elems)), 1) if case.pairwise else max(n_elems * 64 // probe, 1)  # the largest
         args = [a.requires_grad_(i in case.diff) for i, a in
                 enumerate(case.make(torch.float32, n, torch.Generator().manual_seed(0)))]
         fused = case.cls(use_autogen=True)
