@@ -53,7 +53,8 @@ def _work(nodes):
 
 
 class Partition:
-    """Steps in the trace's order: ("load", node, index), ("attr", node, tensor), ("torch", node, why,
+    """Steps in the trace's order: ("load", node, index), ("attr", node, tensor), ("same", node, node it is),
+    ("torch", node, why,
     shown: a torch op of the partition, not a size or a pick of a result), ("kernel", node, traced, inputs)."""
 
     def __init__(self, steps, output, unsupported, name):
@@ -70,6 +71,8 @@ class Partition:
                 env[node] = tensors[step[2]]
             elif kind == "attr":
                 env[node] = step[2]
+            elif kind == "same":
+                env[node] = env[step[2]]
             elif kind == "torch":
                 op = _RESHAPE if node.target in _VIEWS else node.target  # the trace's view of a contiguous input:
                 env[node] = op(*map_arg(node.args, env.__getitem__), **map_arg(node.kwargs, env.__getitem__))  # any
@@ -173,12 +176,25 @@ def _steps(gm, kernels, torch_nodes, why):
                 if n in torch_nodes:
                     return None
                 continue  # a size of a value inside a kernel: the kernel's own business
-            shown = n in torch_nodes and n.target is not operator.getitem  # (a result of a shown op)
-            steps.append(("torch", n, why.get(n, ""), shown))
+            if _whole_slice(n):  # x[:, :, 1:] traces a slice per dim: the full ones are x itself (their
+                steps.append(("same", n, n.args[0]))  # backward would allocate and fill a gradient each)
+            else:
+                shown = n in torch_nodes and n.target is not operator.getitem  # (a result of a shown op)
+                steps.append(("torch", n, why.get(n, ""), shown))
         else:
             continue
         have.add(n)
     return steps
+
+
+def _whole_slice(n):
+    """Whether `n` is a slice that keeps all of its dim (start 0, step 1, to the end or the dim's size)."""
+    if n.target is not aten.slice.Tensor:
+        return False
+    x, dim, start, end, step = (list(n.args) + [0, None, None, 1][len(n.args) - 1:])[:5]
+    whole_end = end is None or isinstance(end, int) and end >= 1 << 62 or (
+        isinstance(end, torch.fx.Node) and end.target is aten.sym_size.int and end.args == (x, dim))
+    return start in (0, None) and step == 1 and whole_end
 
 
 def _mutates(n):

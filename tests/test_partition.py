@@ -15,7 +15,7 @@ from cases import path_taken, tolerances
 # the partition of each corpus loss at n = 7: "fused", or a torch op that must run between its kernels
 PARTITION = {
     "YoloHead": "select.int", "GIoU": "select.int", "CenterNetFocal": "fused", "WeightedBoxL1": "fused",
-    "HardNegativeMining": "sort.default", "KeypointHeatmap": "slice.Tensor", "Centerness": "max.dim",
+    "HardNegativeMining": "sort.default", "KeypointHeatmap": "unsqueeze.default", "Centerness": "max.dim",
     "SequenceCE": "sum.dim_IntList", "PPOClip": "fused", "Reinforce": "cumsum.default",
     "TokenDPO": "split_with_sizes.default", "MaskedEntropy": "fused", "KLPenalty": "fused",
     "NormalizedAdvantagePG": "var.correction", "VAE": "sum.dim_IntList", "BetaVAE": "sum.dim_IntList",
