@@ -269,6 +269,7 @@ class _Cut:
         self.examples = _examples(gm, tensors)
         self.torch_nodes, self.why, self.memo = set(), {}, {}
         self.cuts = set()  # values computed by a kernel of their own, read by the kernel after them
+        self.tried = set()  # nodes a kernel boundary was put before
         self.tries = 0
 
     def give_up(self):
@@ -306,8 +307,14 @@ class _Cut:
                 self.cuts.add(bad)
             else:
                 self.give_up()
-        else:
-            self.to_torch(bad, op)
+        else:  # first a kernel boundary before it (its base may then be one the op reduces along), then torch
+            computed = [m for m in bad.all_input_nodes if _tensor(m) and m.op == "call_function" and m not in
+                        self.torch_nodes and m not in self.cuts and m.meta["val"].is_floating_point()]
+            if computed and bad not in self.tried and bad is not o:
+                self.tried.add(bad)
+                self.cuts.update(computed)
+            else:
+                self.to_torch(bad, op)
 
     def kernel(self, o):
         """The lowering of the kernel computing `o` now (memoized by what it reads), with its reads and nodes."""

@@ -345,8 +345,9 @@ def autograd_nodes(out):
 
 def path_taken(rec, caught, name):
     """How a traced module named `name` ran, asserting that the record and the warnings agree: 'fused' (one
-    kernel forward and one backward, no warning), 'split' (fused kernels with torch ops between them, no
-    warning) or 'eager' (one warning saying so, no kernel of the module)."""
+    kernel forward and one backward, no warning), 'kernels' (several fused kernels, no torch op), 'split'
+    (fused kernels with torch ops between them, no warning) or 'eager' (one warning saying so, no kernel
+    of the module)."""
     engine = [str(m.message) for m in caught if str(m.message).startswith("autogen")]
     own = [c for c in rec.calls if c.op == name or c.op.startswith(name + ": ")]
     if engine:
@@ -356,8 +357,9 @@ def path_taken(rec, caught, name):
     torch_ops = [c for c in own if c.path == "torch"]
     kernels = [(c.op, c.fused, c.phase) for c in own if c.path != "torch"]
     if not torch_ops:
-        assert kernels == [(name, True, "forward"), (name, True, "backward")] or kernels == [(name, True, "forward")], \
-            kernels
-        return "fused"
+        if kernels == [(name, True, "forward"), (name, True, "backward")] or kernels == [(name, True, "forward")]:
+            return "fused"
+        assert all(k[0] == name and k[1] for k in kernels) and [k for k in kernels if k[2] == "forward"], kernels
+        return "kernels"  # several fused kernels, no torch op between them
     assert (name, True, "forward") in kernels, own
     return "split"
