@@ -223,12 +223,13 @@ def functionalize(gm):
         name = getattr(packet, "__name__", "")
         functional = getattr(getattr(aten, name[:-1], None), m.target._overloadname, None) if name.endswith("_") \
             else None
-        a = m.args[0] if m.args else None
-        if functional is None or not isinstance(a, torch.fx.Node) or a.op != "call_function" or \
-                a.target in _ALIASING or any(u.target in _ALIASING for u in a.users):
+        if functional is None or not m.args or not isinstance(m.args[0], torch.fx.Node):
             return False
-        plan.append((m, functional, a))
-    for m, functional, a in plan:
+        plan.append((m, functional))
+    for m, functional in plan:  # in order: a second change of the same tensor reads the first one's result
+        a = m.args[0]
+        if a.op != "call_function" or a.target in _ALIASING or any(u.target in _ALIASING for u in a.users):
+            return False
         for u in list(a.users):
             if u is not m and order[u] > order[m]:  # read after the change: reads the new value
                 u.replace_input_with(a, m)

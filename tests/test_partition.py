@@ -125,9 +125,19 @@ class ChangesAClone(torch.nn.Module):
         return (x * before).mean() + torch.sort(x - t, -1).values.pow(2).mean()
 
 
+@autogen.autogen_loss
+class ChangesACloneTwice(torch.nn.Module):
+    def forward(self, x, t):
+        y = t.clone()
+        first = y * 3  # before both changes
+        y.add_(1)
+        y.mul_(x.detach())  # the second change reads the first one's result
+        return torch.sort(x - y, -1).values.pow(2).mean() + (x * y * first).mean()
+
+
 def test_in_place_ops_on_a_clone_are_rewritten_and_on_an_input_run_eagerly():
     x, t = torch.randn(6, 5, dtype=torch.float64), torch.randn(6, 5, dtype=torch.float64)
-    for cls, want in ((ChangesAClone, "split"), (ChangesItsInput, "eager")):
+    for cls, want in ((ChangesAClone, "split"), (ChangesACloneTwice, "split"), (ChangesItsInput, "eager")):
         ta, tb = t.clone(), t.clone()
         xs = [x.clone().requires_grad_(), x.clone().requires_grad_()]
         ref = cls()(xs[0], ta)
