@@ -684,6 +684,18 @@ def plot(records, path):
 from .corpus import PseudoHuber as RobustLoss  # noqa: E402,F401 - the pseudo-Huber loss under its older name
 
 
+def _module_times(cls, fused, args, reps, compile):
+    """Median forward+backward seconds of the module run eagerly, `fused` under policy medium, and
+    torch.compile of the module (nan without compile), interleaved."""
+    fns = {"eager": fwd_bwd(cls(), args),
+           "fused": fwd_bwd(lambda *a, _m=fused: _under_policy("medium", lambda: _m(*a)), args)}
+    if compile:
+        fns["compile"] = fwd_bwd(torch.compile(cls(), dynamic=False), args)
+    res = measure(fns, reps)
+    c = res["compile"]["median"] if compile else float("nan")
+    return res["eager"]["median"], res["fused"]["median"], c
+
+
 def bench_custom(n_elems, reps, compile=True):
     """The custom-loss corpus (autogen.corpus) at about n_elems elements: eager module, the fused kernel
     (policy medium: every corpus loss is fused), and torch.compile (Inductor) of the module."""
@@ -700,14 +712,7 @@ def bench_custom(n_elems, reps, compile=True):
     for entry in CORPUS:
         torch.manual_seed(0)
         args = [a.requires_grad_(i in entry.diff) for i, a in enumerate(make(entry.kind, torch.float32, rows, cols))]
-        fused = entry.cls(use_autogen=True)
-        fns = {"eager": fwd_bwd(entry.cls(), args),
-               "fused": fwd_bwd(lambda *a, _m=fused: _under_policy("medium", lambda: _m(*a)), args)}
-        if compile:
-            fns["compile"] = fwd_bwd(torch.compile(entry.cls(), dynamic=False), args)
-        res = measure(fns, reps)
-        e, f = res["eager"]["median"], res["fused"]["median"]
-        c = res["compile"]["median"] if compile else float("nan")
+        e, f, c = _module_times(entry.cls, entry.cls(use_autogen=True), args, reps, compile)
         out.append({"loss": entry.cls.__name__, "eager_ms": e * 1e3, "fused_ms": f * 1e3, "compile_ms": c * 1e3,
                     "eager_over_fused": e / f, "compile_over_fused": c / f})
         print(f"{entry.cls.__name__:24s} {e * 1e3:9.2f} {f * 1e3:9.2f} {c * 1e3:10.2f} {e / f:10.2f}x {c / f:12.2f}x")
@@ -726,7 +731,7 @@ def bench_shapes(n_elems, reps, compile=True):
     ops between them where the partition cut), compile."""
     print(f"\ncustom losses of any shape (autogen/corpus_shapes.py), about {n_elems} elements, forward+backward, "
           f"median of {reps}")
-    head = f"{'loss':28s} {'path':>6s} {'eager ms':>9s} {'fused ms':>9s} {'compile ms':>10s} {'eager/fused':>11s} " \
+    head = f"{'loss':28s} {'path':>7s} {'eager ms':>9s} {'fused ms':>9s} {'compile ms':>10s} {'eager/fused':>11s} " \
            f"{'compile/fused':>13s}"
     print(head)
     print("-" * len(head))
@@ -740,23 +745,19 @@ def bench_shapes(n_elems, reps, compile=True):
         fused = case.cls(use_autogen=True)
         with policy("medium"), record() as rec:
             fused(*args)
-        path = "eager" if not rec.calls else "split" if any(c.path == "torch" for c in rec.calls) else "fused"
-        fns = {"eager": fwd_bwd(case.cls(), args),
-               "fused": fwd_bwd(lambda *a, _m=fused: _under_policy("medium", lambda: _m(*a)), args)}
-        if compile:
-            fns["compile"] = fwd_bwd(torch.compile(case.cls(), dynamic=False), args)
-        res = measure(fns, reps)
-        e, f = res["eager"]["median"], res["fused"]["median"]
-        c = res["compile"]["median"] if compile else float("nan")
+        forwards = sum(c.path != "torch" and c.phase == "forward" for c in rec.calls)
+        path = "eager" if not rec.calls else "split" if any(c.path == "torch" for c in rec.calls) else \
+            "kernels" if forwards > 1 else "fused"
+        e, f, c = _module_times(case.cls, fused, args, reps, compile)
         name = case.cls.__name__
         out.append({"loss": name, "path": path, "eager_ms": e * 1e3, "fused_ms": f * 1e3, "compile_ms": c * 1e3,
                     "eager_over_fused": e / f, "compile_over_fused": c / f})
-        print(f"{name:28s} {path:>6s} {e * 1e3:9.2f} {f * 1e3:9.2f} {c * 1e3:10.2f} {e / f:10.2f}x {c / f:12.2f}x")
+        print(f"{name:28s} {path:>7s} {e * 1e3:9.2f} {f * 1e3:9.2f} {c * 1e3:10.2f} {e / f:10.2f}x {c / f:12.2f}x")
     slower = [r["loss"] for r in out if r["eager_over_fused"] < 1]
     line = f"geometric mean: eager/fused {_geo([r['eager_over_fused'] for r in out]):.2f}x"
     if compile:
         line += f", compile/fused {_geo([r['compile_over_fused'] for r in out]):.2f}x"
-    paths = {p: sum(r["path"] == p for r in out) for p in ("fused", "split", "eager")}
+    paths = {p: sum(r["path"] == p for r in out) for p in ("fused", "kernels", "split", "eager")}
     print(line + f"; paths {paths}" + (f"; slower than eager: {', '.join(slower)}" if slower else
                                        "; none slower than eager"))
     return out
