@@ -297,10 +297,10 @@ def triplet_margin_loss(reduction, p, swap):
     pairwise_distance: ||u - v + eps||_p over the last dimension."""
     a, pos, neg = x_elem("anchor"), x_elem("positive"), x_elem("negative")
     eps = param("eps")
-    d_pos = _pnorm(a - pos + eps, p)
-    d_neg = _pnorm(a - neg + eps, p)
+    d_pos = _pnorm(A("add_strict", a - pos, eps), p)
+    d_neg = _pnorm(A("add_strict", a - neg, eps), p)
     if swap:
-        d_neg = A("minimum", d_neg, _pnorm(pos - neg + eps, p))
+        d_neg = A("minimum", d_neg, _pnorm(A("add_strict", pos - neg, eps), p))
     per_row = clamp_below(param("margin") + d_pos - d_neg)
     return reduce_loss("triplet_margin_loss", "row", [a, pos, neg], per_row, ROW, reduction, saves=())
 

@@ -147,6 +147,9 @@ _CMP = {"lt": ("<", torch.lt), "le": ("<=", torch.le), "gt": (">", torch.gt),
 # -- elementwise arithmetic ------------------------------------------------------------------
 _prim("add", 2, "elementwise", "({0} + {1})", torch.add, lambda g, o, a, b: (g, g), units=(0.0, 0.0))
 _prim("sub", 2, "elementwise", "({0} - {1})", torch.sub, lambda g, o, a, b: (g, -g), units=(None, 0.0))
+# a + b rounded as written: the kernel's 'reassoc' cannot fold it into the sums around it ((u - v) + eps of a
+# distance, where u == v leaves eps alone and u + (eps - v) would round eps away)
+_prim("add_strict", 2, "elementwise", "__m.strict_add(__F({0}), __F({1}))", torch.add, lambda g, o, a, b: (g, g))
 _prim("mul", 2, "elementwise", "({0} * {1})", torch.mul, lambda g, o, a, b: (g * b, g * a), units=(1.0, 1.0))
 _prim("div", 2, "elementwise", "({0} / {1})", torch.div, lambda g, o, a, b: (g / b, -g * o / b), kind="f",
       units=(None, 1.0))

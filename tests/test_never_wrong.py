@@ -1,5 +1,6 @@
 """Defects that gave a wrong number or a crash, each with the test that finds it: negative-bit views, an
-outer broadcast the level IR cannot represent, a positional `inplace` inside torch.compile."""
+outer broadcast the level IR cannot represent, a positional `inplace` inside torch.compile, a distance whose eps the
+kernel's reassociation rounded away."""
 import pytest
 import torch
 import torch.nn.functional as TF
@@ -148,3 +149,25 @@ def test_compiled_prelu_under_autocast_returns_torchs_dtype(policy):
             got = torch.compile(lambda h: AF.prelu(lin(h), w), backend="aot_eager")(h)
     assert got.dtype == want.dtype
     torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("swap", [False, True])
+@pytest.mark.parametrize("policy", ["aggressive", "medium"])
+def test_triplet_where_the_anchor_is_the_negative(swap, policy):
+    """||a - n + eps|| at a == n is eps alone: (a - n) + eps rounded as torch writes it, not reassociated
+    into a + (eps - n), which loses eps's low bits in float32 (its gradient was 5% off)."""
+    torch.manual_seed(0)
+    a, p = torch.randn(64, 32), torch.randn(64, 32)
+    n = a.clone()
+    n[::2] = torch.randn(32, 32)
+    xs = [t.clone().requires_grad_() for t in (a, p, n)]
+    ys = [t.clone().requires_grad_() for t in (a, p, n)]
+    ref = TF.triplet_margin_loss(*xs, swap=swap)
+    ref.backward()
+    with autogen.policy(policy), autogen.record() as rec:
+        out = AF.triplet_margin_loss(*ys, swap=swap, use_autogen=True)
+        out.backward()
+    assert {c.path for c in rec.calls} & {"autogen", "handwritten"}, rec.calls
+    torch.testing.assert_close(out, ref)
+    for x, y in zip(xs, ys):
+        torch.testing.assert_close(y.grad, x.grad)
