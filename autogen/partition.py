@@ -54,13 +54,11 @@ def _work(nodes):
 
 class Partition:
     """Steps in the trace's order: ("load", node, index), ("attr", node, tensor), ("same", node, node it is),
-    ("torch", node, why,
-    shown: a torch op of the partition, not a size or a pick of a result), ("kernel", node, traced, inputs)."""
+    ("torch", node, why, shown: a torch op of the partition, not a size or a pick of a result, the op to call),
+    ("kernel", node, traced, inputs)."""
 
     def __init__(self, steps, output, unsupported, name):
         self.steps, self.output, self.unsupported, self.name = steps, output, unsupported, name
-        self.kernels = sum(1 for s in steps if s[0] == "kernel")
-        self.torch_ops = sum(1 for s in steps if s[0] == "torch" and s[3])
 
     def run(self, tensors):
         env = {}
@@ -74,8 +72,7 @@ class Partition:
             elif kind == "same":
                 env[node] = env[step[2]]
             elif kind == "torch":
-                op = _RESHAPE if node.target in _VIEWS else node.target  # the trace's view of a contiguous input:
-                env[node] = op(*map_arg(node.args, env.__getitem__), **map_arg(node.kwargs, env.__getitem__))  # any
+                env[node] = step[4](*map_arg(node.args, env.__getitem__), **map_arg(node.kwargs, env.__getitem__))
                 if rec and step[3]:
                     note(f"{self.name}: {opname(node.target)}", "torch", False, "forward", step[2])
             else:
@@ -180,7 +177,8 @@ def _steps(gm, kernels, torch_nodes, why):
                 steps.append(("same", n, n.args[0]))  # backward would allocate and fill a gradient each)
             else:
                 shown = n in torch_nodes and n.target is not operator.getitem  # (a result of a shown op)
-                steps.append(("torch", n, why.get(n, ""), shown))
+                op = _RESHAPE if n.target in _VIEWS else n.target  # the trace's view of a contiguous input: any
+                steps.append(("torch", n, why.get(n, ""), shown, op))
         else:
             continue
         have.add(n)
@@ -202,12 +200,10 @@ def _mutates(n):
     return schema is not None and schema.is_mutable
 
 
-# ops whose result shares its input's memory: an in-place change of one shows in the other
-_ALIASING = {aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
-             aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.expand.default, aten.permute.default,
-             aten.transpose.int, aten.t.default, aten.slice.Tensor, aten.select.int, aten.detach.default,
-             aten.alias.default, aten.diagonal.default, aten.as_strided.default, aten.narrow.default,
-             aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int, operator.getitem}
+# ops whose result shares its input's memory (an in-place change of one shows in the other): the views of
+# _NO_WORK and a few more
+_ALIASING = (_NO_WORK - {aten.clone.default, aten._to_copy.default, aten.lift_fresh_copy.default}) | {
+    aten.diagonal.default, aten.as_strided.default, aten.narrow.default, aten.unbind.int}
 
 
 def functionalize(gm):

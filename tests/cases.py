@@ -363,3 +363,20 @@ def path_taken(rec, caught, name):
         return "kernels"  # several fused kernels, no torch op between them
     assert (name, True, "forward") in kernels, own
     return "split"
+
+
+def run_against_eager(cls, x, t, policy="medium"):
+    """cls(use_autogen=True)(x, t) forward and backward against cls()(x, t): values and x's gradient equal;
+    returns the path taken (path_taken) and the torch ops the record names, in order."""
+    import warnings
+    xs = [x.clone().requires_grad_(), x.clone().requires_grad_()]
+    with autogen.policy(policy), autogen.record() as rec, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = cls(use_autogen=True)(xs[0], t)
+        out.backward()
+    taken = path_taken(rec, caught, cls.__name__)
+    ref = cls()(xs[1], t)
+    ref.backward()
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(xs[0].grad, xs[1].grad)
+    return taken, [c.op for c in rec.calls if c.path == "torch"]
