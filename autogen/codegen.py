@@ -88,7 +88,9 @@ class KernelSpec:
     def __init__(self, outputs, dtype, label, storage=None, layout="row"):
         self.outputs = [(n, lvl) for n, lvl in outputs]
         self.dtype, self.label = dtype, label
-        self.layout = layout  # 'row': a row's C elements contiguous; 'cf': channel-first (see render)
+        # 'row': a row's C elements contiguous; 'cf': channel-first; 'rt': rows of few elements walked as 'cf'
+        # walks its blocks, the lanes being rows C apart (see render)
+        self.layout = layout
         # 16-bit storage: input name or output index -> 'bf16' / 'f16' (uint16 arrays; the kernel computes in float32)
         self.storage = dict(storage or {})
         nodes = [n for n, _ in self.outputs]
@@ -130,9 +132,10 @@ def _narrow(spec, j, value):
 
 
 # per mode: (element subscript, row input subscript, gather base); 'cf': a block of rows as lanes __l,
-# 'cf1': channel-first one row at a time (the prelude)
+# 'cf1': channel-first one row at a time (the prelude); 'rt', 'rt1': the same over rows C apart
 _MODES = {"row": ("[__j]", "[__r]", "__start + "), "cf": ("[__l]", "[__rb + __l]", "__eb + __l + __I * "),
-          "cf1": (None, "[__r]", "__eb + __I * ")}
+          "cf1": (None, "[__r]", "__eb + __I * "), "rt": ("[__l]", "[__rb + __l]", "__eb + __l * __C + "),
+          "rt1": (None, "[__r]", "__eb + ")}
 
 
 def _expr(node, names, spec, mode="row"):
@@ -163,9 +166,15 @@ def render(spec, cache=True, parallel=False):
     elements lie `inner` apart. The kernel walks blocks of up to __B rows that are contiguous in inner;
     a per-row value is a per-block array indexed by lane __l, and each loop over the row's elements is
     `for __j in range(C): for __l in lanes`, so LLVM vectorizes along the contiguous lanes (no transposed
-    copy). Such kernels always run all rows (r0, r1 unused)."""
+    copy). Such kernels always run all rows (r0, r1 unused).
+
+    Layout 'rt' (rows transposed in the loop nest): row-major rows too short to vectorize along (C of a few
+    elements) run as 'cf' does, the lanes of a block being rows (inner = R, outer = 1) whose elements lie C
+    apart: the loops over a row's elements become strided loads across rows, which LLVM vectorizes."""
     order, late = spec.order, spec.late
-    cf = spec.layout == "cf"
+    rt = spec.layout == "rt"
+    cf = spec.layout == "cf" or rt
+    lane_mode = "rt" if rt else "cf"
     sched = schedule.build(spec)
     idx = {n.digest: i for i, n in enumerate(order)}
     names = {n.digest: f"v{idx[n.digest]}" for n in order}
@@ -183,7 +192,7 @@ def render(spec, cache=True, parallel=False):
             elif n.level == ROW and not _inline(n):
                 lanes[n.digest] = f"v{idx[n.digest]}[__l]"
 
-    def line(n, nm=lanes, mode="cf" if cf else "row"):
+    def line(n, nm=lanes, mode=lane_mode if cf else "row"):
         if _group(n) == "reduce_col":  # a sum over the rows, folded after its pass into a per-column array
             return f"{nm[n.digest]} = __cv{idx[n.digest]}[__j]"
         return f"{nm[n.digest]} = {_expr(n, nm, spec, mode)}"
@@ -197,9 +206,10 @@ def render(spec, cache=True, parallel=False):
             if _early(n, late):  # prelude: fold the per-row values over all rows, in float64
                 arg = n.args[0]
                 rows = [m for m in toposort([arg]) if m.level == ROW and not _inline(m)]
-                first = "__eb = (__r // __I) * __C * __I + __r % __I" if cf else "__start = __r * __C"
+                first = "__eb = __r * __C" if rt else "__eb = (__r // __I) * __C * __I + __r % __I" if cf else \
+                    "__start = __r * __C"
                 out += [f"{v} = __np.float64({prim.init})", "for __r in range(__R):", f"    {first}"]
-                out += [f"    {line(m, names, 'cf1' if cf else 'row')}" for m in rows]
+                out += [f"    {line(m, names, lane_mode + '1' if cf else 'row')}" for m in rows]
                 out += [f"    {v} = " + (prim.fold or prim.combine).format(names[arg.digest], acc=v), f"{v} = __F({v})"]
             elif _per_col(n):  # a whole-tensor reduction of a per-column value: over the columns, once
                 cols = [m for m in toposort([n.args[0]]) if m.level == COL and not _inline(m)]
@@ -217,11 +227,11 @@ def render(spec, cache=True, parallel=False):
     passes = []
     loop = "__nb.prange" if parallel else "range"
     for p in sched.passes:
-        body = _render_pass(spec, p, p.depth, lanes, idx, line, part_index, cf)
+        body = _render_pass(spec, p, p.depth, lanes, idx, line, part_index, cf, rt)
         before, fold = scalar_lines(p.scalars), []
         before += [f"__row{idx[n.digest]} = __np.empty(__R, {_DTYPES[n.kind]})" for n in p.stores]
         if cf and p.index == 0:  # lanes per block: the block's C x lanes elements about fit in L1
-            before = ["__I = p___inner", f"__B = min(__I, max({_LANES_MIN}, min({_LANES_MAX}, {_BLOCK_ELEMS} // max(__C, 1))))",
+            before = ["__I = __R" if rt else "__I = p___inner", f"__B = min(__I, max({_LANES_MIN}, min({_LANES_MAX}, {_BLOCK_ELEMS} // max(__C, 1))))",
                       "__NI = (__I + __B - 1) // __B if __B else 0", "__NQ = __R // __I * __NI if __I else 0"] + before
         count, first = ("__NQ", "0") if cf else ("__r1 - __r0", "__r0")
         if p.col_reduces or cf:  # rows in a fixed number of chunks (not one per thread): the sums do not depend
@@ -276,7 +286,7 @@ def _lanes(lines):
     return ["for __l in range(__nl):"] + [f"    {x}" for x in lines] if lines else []
 
 
-def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False):
+def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False, rt=False):
     """The row loop of one pass: its loops over the row (one per depth of row reductions), the row values
     between them, and what it writes per row."""
     order = spec.order
@@ -345,7 +355,8 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False):
                 v, i = (names[a.digest] for a in n.args[:2])
                 loop(depth[n.digest])["sinks"].append((const(0.0), f"__o{j}{E} = {_narrow(spec, j, '__zero')}"))
                 if cf:
-                    row_end.append(f"if 0 <= {i} < __C: out_{j}[__eb + __l + __I * {i}] = {_narrow(spec, j, v)}")
+                    at = f"__eb + __l * __C + {i}" if rt else f"__eb + __l + __I * {i}"
+                    row_end.append(f"if 0 <= {i} < __C: out_{j}[{at}] = {_narrow(spec, j, v)}")
                 else:
                     row_end.append(f"if 0 <= {i} < __end - __start: __o{j}[{i}] = {_narrow(spec, j, v)}")
             else:
@@ -428,9 +439,12 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False):
     if cf:  # the block: outer index, first lane, lanes, first row, first element
         row_begin = ["__ob = __q // __NI", "__i0 = (__q - __ob * __NI) * __B", "__nl = min(__B, __I - __i0)",
                      "__rb = __ob * __I + __i0", "__eb = __ob * __C * __I + __i0"]
-        head = ["for __j in range(__C):", "    __x = __eb + __j * __I"]
-        head += [f"    __e_{a} = in_{a}[__x:__x + __nl]" for a in elem_in]
-        head += [f"    __o{j} = out_{j}[__x:__x + __nl]" for j in elem_out]
+        if rt:  # one outer block (__ob = 0); a lane's elements from __eb + __l * __C
+            row_begin[-1] = "__eb = __i0 * __C"
+        head = ["for __j in range(__C):", "    __x = __eb + __j" if rt else "    __x = __eb + __j * __I"]
+        span = "__x + __nl * __C:__C" if rt else "__x + __nl"
+        head += [f"    __e_{a} = in_{a}[__x:{span}]" for a in elem_in]
+        head += [f"    __o{j} = out_{j}[__x:{span}]" for j in elem_out]
         head += ["    for __l in range(__nl):"]
     else:
         row_begin = ["__start = __r * __C", "__end = min(__start + __C, __n)"]

@@ -19,7 +19,7 @@ from .graphs import evaluate
 from .ir import COL, ELEM, ROW, SCALAR, apply, input as leaf_input, param, toposort
 from .launch import launch_of, load_kernel, run_spec, storage_codes, warn_once, widened
 from .pool import DTYPE_NAME, FROM16, TORCH_KIND, pooled_flat, pooled_like
-from .plans import fused_plan
+from .plans import fused_plan, layout_of
 from .primitives import PRIMS
 
 
@@ -37,7 +37,8 @@ class FusedEngine:
         # the plan, its launch and argument order for this problem, grad needs and storage: found once
         hit = prob.memo.get("fused")
         if hit is None or hit[0] != needs or hit[1] != store or hit[3].kernels is not _compiler.compiled_kernels:
-            plan = fused_plan(prob.graph, needs, prob.dtype, store if store and any(store) else None)
+            plan = fused_plan(prob.graph, needs, prob.dtype, store if store and any(store) else None,
+                              layout_of(prob.graph, prob.C))
             if plan.backward is not None:
                 load_kernel(plan.backward)  # a backward that cannot be scheduled fails here, where execute falls back
             launch = launch_of(plan.forward, prob.dtype)

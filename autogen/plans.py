@@ -115,15 +115,28 @@ def _second_pass_cheaper(scale, graph, wrt):
     return len(reads) < 2 * sum(graph.inputs[i].level == ELEM for i in wrt)
 
 
-def fused_plan(graph, needs, dtype, store=None):
-    key = (graph.name, graph.mode, graph.loss.digest, graph.level, graph.saves, needs, dtype, store)
+# rows of at most this many elements are walked across (layout 'rt'): along so short a row the loops do not
+# vectorize (docs/performance.md, "Rows of a few elements")
+RT_MAX_C = 12
+
+
+def layout_of(graph, C):
+    """The kernels' layout for `graph` over rows of C elements."""
+    if graph.mode == "cf":
+        return "cf"
+    return "rt" if graph.mode == "row" and 0 < C <= RT_MAX_C else "row"
+
+
+def fused_plan(graph, needs, dtype, store=None, layout=None):
+    layout = layout or ("cf" if graph.mode == "cf" else "row")
+    key = (graph.name, graph.mode, graph.loss.digest, graph.level, graph.saves, needs, dtype, store, layout)
     plan = _plans.get(key)
     if plan is not None:
         return plan
     wrt = tuple(i for i, need in enumerate(needs) if need)
     leaves = [graph.inputs[i] for i in wrt]
     label, sdt = graph.name, DTYPE_NAME[dtype]
-    KernelSpec = functools.partial(_KernelSpec, layout="cf" if graph.mode == "cf" else "row")
+    KernelSpec = functools.partial(_KernelSpec, layout=layout)
     loss = graph.loss
     plan = None
     if wrt and graph.level == SCALAR:

@@ -6,18 +6,24 @@ import pytest
 import torch
 
 import autogen
+from autogen import executor, plans
 from autogen.corpus import CORPUS, make
 from cases import tolerances
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize("entry", CORPUS, ids=lambda e: e.cls.__name__)
-def test_corpus_loss_is_fused_and_matches_eager(entry, dtype):
-    args = make(entry.kind, dtype, 12, 9)
+def test_corpus_loss_is_fused_and_matches_eager(entry, dtype, monkeypatch):
+    # float32 with rows of 5 (walked across rows: layout 'rt'), float64 with rows too long for that (along each
+    # row): every loss in both layouts, each against eager
+    args = make(entry.kind, dtype, 12, 5 if dtype == torch.float32 else plans.RT_MAX_C + 1)
     eager_in = [a.clone().requires_grad_(i in entry.diff) for i, a in enumerate(args)]
     ours_in = [a.clone().requires_grad_(i in entry.diff) for i, a in enumerate(args)]
     ref = entry.cls()(*eager_in)
     want = torch.autograd.grad(ref * 1.5, [eager_in[i] for i in entry.diff])
+    planned = []  # (graph mode, kernel layout) of each problem the fused engine plans
+    layout_of = executor.layout_of
+    monkeypatch.setattr(executor, "layout_of", lambda g, c: planned.append((g.mode, layout_of(g, c))) or planned[-1][1])
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # a fallback warning fails the test
         with autogen.policy("aggressive"), autogen.record() as rec:
@@ -25,6 +31,8 @@ def test_corpus_loss_is_fused_and_matches_eager(entry, dtype):
             got = torch.autograd.grad(out * 1.5, [ours_in[i] for i in entry.diff])
     assert [(c.op, c.path, c.fused, c.phase) for c in rec.calls] == [
         (entry.cls.__name__, "autogen", True, "forward"), (entry.cls.__name__, "autogen", True, "backward")]
+    assert planned and all(layout == ("rt" if dtype == torch.float32 else "row") for mode, layout in planned
+                           if mode == "row")
     tol = tolerances(dtype)
     assert out.shape == ref.shape and out.dtype == ref.dtype
     torch.testing.assert_close(out, ref, **tol)
@@ -40,7 +48,7 @@ def test_corpus_has_at_least_25_losses():
 def test_a_second_call_reruns_the_engine_of_the_first(entry, monkeypatch):
     """The second call of a signature runs the fused engine the first call's execute() picked (no choice
     or engine built again) and still matches eager; a call under another policy chooses again."""
-    from autogen import executor
+    from autogen import executor, plans
     monkeypatch.setattr(entry.cls, "_autogen_traces", {}, raising=False)  # traces of other tests: not here
     chose = []  # the calls that chose their engine (execute), not rerunning the last one
     execute = executor.execute

@@ -43,7 +43,8 @@ def programs(draw):
         vals.append(f"v{i}")
     last = vals[-1]
     lines.append("return " + draw(st.sampled_from(FINAL)).format(f"{last}.reshape({last}.shape[0], -1)"))
-    rows, cols = draw(st.sampled_from([1, 2, 5])), draw(st.sampled_from([1, 3, 7]))
+    # rows of 11 run along each row, shorter ones across the rows (layout rt)
+    rows, cols = draw(st.sampled_from([1, 2, 5])), draw(st.sampled_from([1, 3, 7, 11]))
     b_shape = draw(st.sampled_from([(rows, cols), (cols,), (rows, 1), (1, cols)]))
     return lines, (rows, cols), b_shape
 
