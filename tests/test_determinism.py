@@ -10,10 +10,15 @@ NAMES = ["SoftDice", "Pearson", "HeteroscedasticGaussian", "Tversky", "FocalTver
          "MaskedMean", "GeneralizedCE", "MixedRegression"]
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_same_bits_for_one_and_two_threads_first_call_and_later(name):
+# rows of 1024 run along each row; rows of 4 across them (layout 'rt'), both past the parallel threshold
+SHAPES = [(name, (256, 1024)) for name in NAMES] + [(name, (1 << 16, 4)) for name in
+                                                     ("SoftDice", "GeneralizedCE", "MaskedMean", "Pearson")]
+
+
+@pytest.mark.parametrize("name,shape", SHAPES, ids=lambda v: v if isinstance(v, str) else "x".join(map(str, v)))
+def test_same_bits_for_one_and_two_threads_first_call_and_later(name, shape):
     entry = next(e for e in CORPUS if e.cls.__name__ == name)
-    inputs = make(entry.kind, torch.float32, 256, 1024, torch.Generator().manual_seed(0))
+    inputs = make(entry.kind, torch.float32, *shape, torch.Generator().manual_seed(0))
     module = entry.cls(use_autogen=True)
     threads = torch.get_num_threads()
     seen = []
