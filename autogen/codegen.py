@@ -455,13 +455,15 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False, rt=Fals
     # channel-first: a gather of the block's own elements (cross-entropy's x[target]) waits until the first
     # loop has brought the block into cache, where no loop of that depth reads it (before, it missed per lane)
     read0 = None
-    if cf and any(key[0] == 0 for key in keys):  # what the first loops read, through inlined expressions
+    if cf and any(key[0] == 0 for key in keys):  # what the first loops read, through inlined expressions and
+        # the row values computed before them (multi_margin_loss's margin - x[target])
         read0, stack = set(), [a for key in keys if key[0] == 0 for d in needs[key] for a in order[idx[d]].args]
         while stack:
             a = stack.pop()
             if a.digest not in read0:
                 read0.add(a.digest)
-                stack.extend(a.args if inline(a) else ())
+                before = a.level == ROW and depth.get(a.digest) == 0
+                stack.extend(a.args if inline(a) or before else ())
     for n in p.nodes:
         if n.level != ROW or inline(n):
             continue

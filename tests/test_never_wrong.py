@@ -1,6 +1,6 @@
 """Defects that gave a wrong number or a crash, each with the test that finds it: negative-bit views, an
 outer broadcast the level IR cannot represent, a positional `inplace` inside torch.compile, a distance whose eps the
-kernel's reassociation rounded away."""
+kernel's reassociation rounded away, a gather deferred past the loop that reads it."""
 import pytest
 import torch
 import torch.nn.functional as TF
@@ -171,3 +171,31 @@ def test_triplet_where_the_anchor_is_the_negative(swap, policy):
     torch.testing.assert_close(out, ref)
     for x, y in zip(xs, ys):
         torch.testing.assert_close(y.grad, x.grad)
+
+
+class _Margin(torch.nn.Module):
+    """A row value read by the first loop over the row (1 - x[target]) that is itself a gather of the row."""
+    def forward(self, x, t):
+        return torch.clamp(1 - x.gather(1, t.unsqueeze(1)) + x, min=0).mean()
+
+
+@pytest.mark.parametrize("cols", [4, 13], ids=["across-rows", "along-rows"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_a_gather_that_the_first_loop_reads_is_not_deferred_past_it(cols, dtype):
+    # walked across rows (layout 'rt'), a gather waited until after the first loop over the row's elements,
+    # which read a value computed from it: multi_margin_loss and this loss gave numbers of an uninitialized row
+    fused = autogen.autogen_loss(type("Margin", (_Margin,), {}))(use_autogen=True)
+    x = torch.randn(40, cols, dtype=dtype)
+    t = torch.randint(0, cols, (40,))
+    xs = [x.clone().requires_grad_(), x.clone().requires_grad_()]
+    with autogen.policy("aggressive"), autogen.record() as rec:
+        out = fused(xs[0], t)
+        out.backward()
+    assert [(c.path, c.phase) for c in rec.calls] == [("autogen", "forward"), ("autogen", "backward")]
+    ref = _Margin()(xs[1], t)
+    ref.backward()
+    assert_matches(out, ref)
+    assert_matches(xs[0].grad, xs[1].grad, what="gradient")
+    with autogen.policy("aggressive"):
+        got = AF.multi_margin_loss(x, t, reduction="none", use_autogen=True)
+    assert_matches(got, TF.multi_margin_loss(x, t, reduction="none"))
