@@ -48,7 +48,7 @@ def test_corpus_has_at_least_25_losses():
 def test_a_second_call_reruns_the_engine_of_the_first(entry, monkeypatch):
     """The second call of a signature runs the fused engine the first call's execute() picked (no choice
     or engine built again) and still matches eager; a call under another policy chooses again."""
-    from autogen import executor, plans
+    from autogen import executor
     monkeypatch.setattr(entry.cls, "_autogen_traces", {}, raising=False)  # traces of other tests: not here
     chose = []  # the calls that chose their engine (execute), not rerunning the last one
     execute = executor.execute
