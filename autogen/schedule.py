@@ -108,7 +108,9 @@ class Schedule:
         """One line per pass: what it reads, computes, reduces and writes."""
         names = {n.digest: f"%{i}" for i, n in enumerate(spec.order)}
         outs = [f"out{j}" for j in range(len(spec.outputs))]
-        lines = []
+        lines = [{"cf": "layout cf: blocks of rows as lanes, a row's elements `inner` apart (channel-first)",
+                  "rt": "layout rt: blocks of rows as lanes, a row's elements C apart (rows too short to vectorize "
+                        "along)"}.get(spec.layout)] if spec.layout != "row" else []
         if self.prelude:
             lines.append("prelude: sums over per-row values " + ", ".join(names[n.digest] for n in self.prelude))
         for p in self.passes:

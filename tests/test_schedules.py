@@ -92,7 +92,7 @@ def test_dice_is_two_passes_then_the_loss():
     assert src.count("__m.sigmoid(") == 1 and "__o1[__j] = v" in src
 
 
-@pytest.mark.parametrize("layout", ["row", "cf"])
+@pytest.mark.parametrize("layout", ["row", "cf", "rt"])
 def test_a_later_pass_reads_the_row_statistics_it_kept(layout):
     """A softmax whose per-class sums feed the gradient: pass 0 computes the rows' statistics and keeps
     the ones pass 1 needs (R values), pass 1 reads them instead of running its own loops over each row for
@@ -108,7 +108,12 @@ def test_a_later_pass_reads_the_row_statistics_it_kept(layout):
     assert first.stores and first.stores == second.loads and [n for n, _ in second.takes] == [p]
     redone = [n for n in second.nodes if n in first.nodes and n.level == ROW and n not in second.loads]
     assert not [n for n in redone if n.op not in ("param", "const", "detach")]  # only the gradient's own sums are new
-    assert "keeps per row" in " ".join(schedule.build(spec).describe(spec))
+    lines = schedule.build(spec).describe(spec)
+    assert "keeps per row" in " ".join(lines)
+    assert lines[0].startswith(f"layout {layout}:") if layout != "row" else not lines[0].startswith("layout")
+    if layout == "rt":  # across rows: the lanes' elements C apart, the block's first element at lane 0's row
+        src = render(spec)
+        assert "__eb = __i0 * __C" in src and "__x:__x + __nl * __C:__C]" in src and "p___inner" not in src
 
 
 def test_a_costly_value_is_computed_once_per_pass():
