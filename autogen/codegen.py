@@ -437,10 +437,9 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False, rt=Fals
     elem_in = [n.attr for n in spec.inputs if n.level == ELEM and n.attr in reads]
     elem_out = [j for j in p.writes if spec.outputs[j][1] == ELEM] + [j for _, j in p.keeps]
     if cf:  # the block: outer index, first lane, lanes, first row, first element
+        # rt: one outer block (__ob = 0); a lane's elements from __eb + __l * __C
         row_begin = ["__ob = __q // __NI", "__i0 = (__q - __ob * __NI) * __B", "__nl = min(__B, __I - __i0)",
-                     "__rb = __ob * __I + __i0", "__eb = __ob * __C * __I + __i0"]
-        if rt:  # one outer block (__ob = 0); a lane's elements from __eb + __l * __C
-            row_begin[-1] = "__eb = __i0 * __C"
+                     "__rb = __ob * __I + __i0", "__eb = __i0 * __C" if rt else "__eb = __ob * __C * __I + __i0"]
         head = ["for __j in range(__C):", "    __x = __eb + __j" if rt else "    __x = __eb + __j * __I"]
         span = "__x + __nl * __C:__C" if rt else "__x + __nl"
         head += [f"    __e_{a} = in_{a}[__x:{span}]" for a in elem_in]

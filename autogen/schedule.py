@@ -96,6 +96,11 @@ class Pass:
     depth: dict = None                           # the row-reduction depth of its values (loads are 0)
 
 
+# the first line of a kernel's description where its layout is not 'row'
+_LAYOUTS = {"cf": "layout cf: blocks of rows as lanes, a row's elements `inner` apart (channel-first)",
+            "rt": "layout rt: blocks of rows as lanes, a row's elements C apart (rows too short to vectorize along)"}
+
+
 @dataclass
 class Schedule:
     prelude: list           # early whole-tensor reductions (folded over per-row values before the passes)
@@ -108,9 +113,7 @@ class Schedule:
         """One line per pass: what it reads, computes, reduces and writes."""
         names = {n.digest: f"%{i}" for i, n in enumerate(spec.order)}
         outs = [f"out{j}" for j in range(len(spec.outputs))]
-        lines = [{"cf": "layout cf: blocks of rows as lanes, a row's elements `inner` apart (channel-first)",
-                  "rt": "layout rt: blocks of rows as lanes, a row's elements C apart (rows too short to vectorize "
-                        "along)"}.get(spec.layout)] if spec.layout != "row" else []
+        lines = [_LAYOUTS[spec.layout]] if spec.layout in _LAYOUTS else []
         if self.prelude:
             lines.append("prelude: sums over per-row values " + ", ".join(names[n.digest] for n in self.prelude))
         for p in self.passes:
