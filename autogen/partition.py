@@ -23,6 +23,7 @@ aten = torch.ops.aten
 
 MIN_WORK = 2   # a kernel computes at least this many ops that move or combine data (not views)
 MAX_TRIES = 40  # lowerings tried per trace before the module runs eagerly
+MAX_WALK = 24   # lowerings tried per trace to find where a part of the graph of its own ends
 # ops that compute nothing (views, casts, copies): they do not count as a kernel's work
 _NO_WORK = {aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
             aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.expand.default, aten.permute.default,
@@ -82,18 +83,36 @@ class Partition:
         return env[self.output]
 
     def describe(self):
-        """One line per kernel (the ops it fuses, what it materializes) and per torch op (why)."""
-        lines, k = [], 0
+        """One line per kernel (the ops it fuses, what it materializes and who reads it) and per torch op
+        (why)."""
+        number = {step[1]: i + 1 for i, step in enumerate(s for s in self.steps if s[0] == "kernel")}
+        lines = []
         for step in self.steps:
             if step[0] == "kernel":
-                k += 1
                 v = step[1].meta["val"]
+                readers = [f"kernel {number[s[1]]}" for s in self.steps if s[0] == "kernel" and step[1] in s[3]]
+                if any(s[0] == "torch" and step[1] in s[1].all_input_nodes for s in self.steps):
+                    readers.append("a torch op")
                 what = "the loss" if step[1] is self.output else f"{step[1].name} {[shape_hint(d) for d in v.shape]}, " \
-                       "materialized: a torch op reads it"
-                lines.append(f"kernel {k}: reads {', '.join(m.name for m in step[3])} -> {what}")
+                       f"materialized: read by {' and '.join(readers) or 'a later step'}"
+                lines.append(f"kernel {number[step[1]]}: reads {', '.join(m.name for m in step[3])} -> {what}")
             elif step[0] == "torch" and step[3]:
                 lines.append(f"torch    {step[1].name} = {opname(step[1].target)}: {step[2]}")
         return lines
+
+
+def _live(n):
+    """Whether the loss reads `n` (the trace also holds detaches of saved values nothing reads)."""
+    todo, seen = [n], {n}
+    while todo:
+        m = todo.pop()
+        for u in m.users:
+            if u.op == "output":
+                return True
+            if u not in seen:
+                seen.add(u)
+                todo.append(u)
+    return False
 
 
 def _ancestors(o, stop):
@@ -136,18 +155,21 @@ def _subgraph(gm, o, torch_nodes):
 def _examples(gm, tensors):
     """A stand-in tensor per node (zeros of its shape and dtype, requiring grad where torch's would): what
     the lowering reads of its inputs (no values)."""
-    out, it = {}, iter(tensors)
+    out, it, several = {}, iter(tensors), set()  # several: ops of several results that require grad (sort)
     for n in gm.graph.nodes:
+        grads = any(m in several or isinstance(out.get(m), torch.Tensor) and out[m].requires_grad
+                    for m in n.all_input_nodes)
         if n.op == "placeholder":
             out[n] = next(it)
         elif n.op == "get_attr":
             out[n] = getattr(gm, n.target, None)
         elif _tensor(n):
             v = n.meta["val"]
-            grad = v.is_floating_point() and n.target is not aten.detach.default and any(
-                isinstance(out.get(m), torch.Tensor) and out[m].requires_grad for m in n.all_input_nodes)
+            grad = v.is_floating_point() and n.target is not aten.detach.default and grads
             t = torch.zeros([shape_hint(d) for d in v.shape], dtype=v.dtype)
             out[n] = t.requires_grad_() if grad else t
+        elif n.op == "call_function" and grads:
+            several.add(n)
     return out
 
 
@@ -268,6 +290,7 @@ class _Cut:
         self.cuts = set()  # values computed by a kernel of their own, read by the kernel after them
         self.tried = set()  # nodes a kernel boundary was put before
         self.tries = 0
+        self.lowerable, self.walks = {}, 0  # region_end's lowerings
 
     def give_up(self):
         raise Unsupported(self.whole.op, self.whole.line)
@@ -304,7 +327,16 @@ class _Cut:
                 self.cuts.add(bad)
             else:
                 self.give_up()
-        else:  # first a kernel boundary before it (its base may then be one the op reduces along), then torch
+        else:  # first a kernel of its own for the part of the graph it starts (values of another shape: a
+            # (B, Z) KL term beside a (B, C, H, W) reconstruction), then a kernel boundary before it (its base
+            # may then be one the op reduces along), then torch
+            if bad not in self.tried and bad is not o:
+                self.tried.add(bad)
+                end = self.region_end(bad, o, need)
+                if end is not None:
+                    self.cuts.add(end)
+                    return
+                self.tried.discard(bad)
             computed = [m for m in bad.all_input_nodes if _tensor(m) and m.op == "call_function" and m not in
                         self.torch_nodes and m not in self.cuts and m.meta["val"].is_floating_point()]
             if computed and bad not in self.tried and bad is not o:
@@ -312,6 +344,35 @@ class _Cut:
                 self.cuts.update(computed)
             else:
                 self.to_torch(bad, op)
+
+    def lowers(self, c):
+        """Whether the kernel computing `c` from what is computed before it lowers (whatever its size)."""
+        if c not in self.lowerable:
+            self.walks += 1
+            sub, reads, _, _ = _subgraph(self.gm, c, self.torch_nodes | self.cuts)
+            try:
+                ok = self.walks <= MAX_WALK and bool(self.lower(sub, [self.examples[m] for m in reads]))
+            except Unsupported:
+                ok = False
+            except tracing.TracingError:
+                raise
+            except Exception:  # noqa: BLE001 - as _lower_kernel: no kernel here
+                ok = False
+            self.lowerable[c] = ok
+        return self.lowerable[c]
+
+    def region_end(self, bad, o, need):
+        """The last value of the chain of ops from `bad` whose kernel (with everything it is computed
+        from) still lowers: a kernel of its own for that part of the graph, or None where `bad`'s does not."""
+        end, c = None, bad
+        while c is not o and _tensor(c) and self.lowers(c):
+            if c.meta["val"].is_floating_point():
+                end = c
+            users = [u for u in c.users if u in need and _tensor(u) and u not in self.torch_nodes and _live(u)]
+            if len(users) != 1:
+                break
+            c = users[0]
+        return end
 
     def kernel(self, o):
         """The lowering of the kernel computing `o` now (memoized by what it reads), with its reads and nodes."""
@@ -327,7 +388,8 @@ class _Cut:
 
     def run(self):
         whole = self.whole
-        self.blame(whole.node or self.out, self.out, whole.op, set(self.gm.graph.nodes))
+        if whole.node is None or whole.node is self.out or _live(whole.node):  # (not a detach the trace records
+            self.blame(whole.node or self.out, self.out, whole.op, set(self.gm.graph.nodes))  # for autograd)
         while True:
             outs = [n for n in self.gm.graph.nodes if _tensor(n) and n not in self.torch_nodes and (
                 n is self.out or n in self.cuts or any(u in self.torch_nodes for u in n.users))]

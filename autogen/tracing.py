@@ -385,13 +385,14 @@ class _Lowering:
         shape = tuple(n.meta["val"].shape)
         if x.axes is None:  # an input that broadcasts from this shape: the kernel reads it so reshaped
             axes = self._aligned_axes(shape)
-            if axes is None:
-                raise Unsupported(self.unaligned[x.node.digest], "")
             k = next(k for k, (m, _, _) in enumerate(self.inputs) if m.digest == x.node.digest)
             node, i, how = self.inputs[k]
             step = ("reshape", tuple(shape_hint(d) for d in shape))
             if len(how) > 1 and how[-2][0] == "reshape":  # the placeholder reshaped again
-                if how[-2] != step:
+                if how[-2][1] == tuple(shape_hint(d) for d in x.shape) and how[-2] != step:
+                    # a view of a view that did not align yet (w[:, :, None, None]: its first unsqueeze)
+                    self.inputs[k] = (node, i, how[:-2] + (step, "expand"))
+                elif how[-2] != step:
                     raise Unsupported(self.unaligned[x.node.digest] + " (reshaped twice)", "")
             else:
                 self.inputs[k] = (node, i, how[:-1] + (step, "expand"))
@@ -449,7 +450,7 @@ class _Part:
     steps: tuple
 
 
-_SLICING = {aten.slice.Tensor, aten.split_with_sizes.default, aten.split.Tensor, operator.getitem}
+_SLICING = {aten.slice.Tensor, aten.select.int, aten.split_with_sizes.default, aten.split.Tensor, operator.getitem}
 
 
 def _read(node):
@@ -465,11 +466,14 @@ def _only_sliced(node):
 
 
 def _first_part(node):
-    """Shape of the first value read out of a sliced input (following slices of slices, splits' pieces)."""
-    while _only_sliced(node):
-        node = next(u for u in node.users if u.target in _SLICING)
-    val = node.meta.get("val")
-    return tuple(shape_hint(d) for d in val.shape) if isinstance(val, torch.Tensor) else None
+    """Shape of the first value of the most dimensions read out of a sliced input (following slices of
+    slices, splits' pieces; a pick of one column, x[:, 0], has one dimension fewer than the input)."""
+    if not _only_sliced(node):
+        val = node.meta.get("val")
+        return tuple(shape_hint(d) for d in val.shape) if isinstance(val, torch.Tensor) else None
+    parts = [_first_part(u) for u in node.users if u.target in _SLICING]
+    parts = [p for p in parts if p is not None]
+    return max(parts, key=len) if parts else None
 
 
 def _sym_dims(node):
@@ -510,8 +514,8 @@ def opname(t):
     return str(getattr(t, "__name__", t)).replace("aten::", "torch.ops.aten.")
 
 
-_SYM_OPS = {operator.mul, operator.add, operator.sub, operator.truediv, operator.floordiv, operator.neg,
-            operator.pow, operator.mod}
+_SYM_OPS = {torch.sym_max, torch.sym_min, torch.sym_float, operator.mul, operator.add, operator.sub, operator.truediv,
+            operator.floordiv, operator.neg, operator.pow, operator.mod}
 _SYM_PACKETS = {aten.sym_size, aten.sym_numel, aten.sym_stride}
 
 
@@ -696,6 +700,18 @@ def _pow(low, n, a, b):
 @_rule(aten.where)
 def _where(low, n, c, a, b):
     return low.ew(n, lambda cc, x, y: A("where", cc, x, y), c, a, b)
+
+
+@_rule(aten.index_put)
+def _index_put(low, n, x, indices, values, accumulate=False):
+    """x[mask] = v (on a clone, made out-of-place by partition.functionalize) with a mask of x's shape and
+    one value: torch.where(mask, v, x)."""
+    mask = low.env.get(indices[0]) if len(indices) == 1 and isinstance(indices[0], torch.fx.Node) else None
+    vals = low.env.get(values) if isinstance(values, torch.fx.Node) else None
+    if accumulate or not isinstance(mask, V) or mask.node.kind != "b" or not isinstance(vals, V) or \
+            tuple(mask.shape) != tuple(n.meta["val"].shape) or math.prod(vals.shape) != 1:
+        raise Unsupported(opname(n.target), "")
+    return low.ew(n, lambda cc, v, y: A("where", cc, v, y), indices[0], values, x)
 
 
 def _clamp_to(x, lo, hi):
@@ -887,6 +903,30 @@ def _slice(low, n, x, dim=0, start=None, end=None, step=1):
     size = xv.t.size(dim)
     r = range(size)[slice(_num(low, start), _num(low, end))]
     return _piece(low, n, _narrowed(xv, dim, r.start, len(r)))
+
+
+@_rule(aten.select.int)
+def _select(low, n, x, dim, index):
+    xv = low.env[x]
+    if isinstance(xv, V) and xv.axes is not None and xv.shape[dim % len(xv.shape)] == 1:  # a squeeze
+        dim %= len(xv.shape)
+        return V(low.arg(x).node, tuple(n.meta["val"].shape), xv.axes[:dim] + xv.axes[dim + 1:])
+    if isinstance(xv, V) and xv.axes is not None and len(low.K) == 1 and _FLAT not in xv.axes and \
+            xv.axes[dim % len(xv.shape)] == low.k:  # one column of a value read whole elsewhere: a gather
+        dim %= len(xv.shape)
+        i = _num(low, index)
+        i = i + xv.shape[dim] if i < 0 else i
+        xn = low.arg(x).node
+        if xn.kind != "f":
+            raise Unsupported("a pick of one column of an integer or boolean value", "")
+        node = A("sum_row", A("where", A("eq", iota(), const(int(i), "i")), xn, 0.0))  # one term is not 0
+        return V(node, tuple(n.meta["val"].shape), xv.axes[:dim] + xv.axes[dim + 1:])
+    if not isinstance(xv, _Part):
+        raise Unsupported("a pick of one index of a computed value (only the loss's inputs may be indexed)", "")
+    dim %= xv.t.dim()
+    i = _num(low, index)
+    i = i + xv.t.size(dim) if i < 0 else i
+    return _piece(low, n, _Part(xv.i, xv.t.select(dim, i), xv.steps + (("select", dim, i),)))
 
 
 @_rule(aten.split_with_sizes, aten.split)
@@ -1133,8 +1173,38 @@ def _decompositions():
         own = {aten.logsumexp, aten.logaddexp, aten.logit, aten.xlogy, aten.special_xlog1py}
         for op in [op for op in table if getattr(op, "overloadpacket", None) in own]:
             del table[op]
+        table.update({aten.var.correction: _var, aten.std.correction: _std, aten.var_mean.correction: _var_mean,
+                      aten.std_mean.correction: _std_mean})
         _DECOMP = table
     return _DECOMP
+
+
+def _var_mean(x, dim=None, *, correction=None, keepdim=False):
+    """torch.var_mean as sums (torch's table has prims.var, which no rule lowers): the squared deviations
+    from the mean over `dim`, divided by max(0, n - correction)."""
+    dims = list(range(x.dim())) if dim is None or len(dim) == 0 else [d % max(x.dim(), 1) for d in dim]
+    count = 1
+    for d in dims:
+        count = count * x.shape[d]
+    mean = x.mean(dims, keepdim=True)
+    dev = x - mean
+    var = (dev * dev).sum(dims, keepdim=keepdim) / torch.sym_max(count - (1 if correction is None else correction), 0)
+    return var, mean if keepdim else mean.squeeze(dims) if dims else mean
+
+
+def _var(x, dim=None, *, correction=None, keepdim=False):
+    return _var_mean(x, dim, correction=correction, keepdim=keepdim)[0]
+
+
+def _std_mean(x, dim=None, *, correction=None, keepdim=False):
+    var, mean = _var_mean(x, dim, correction=correction, keepdim=keepdim)
+    # torch's std_backward: no gradient where the deviation is 0 (sqrt's derivative there is infinite)
+    zero = var == 0
+    return torch.where(zero, 0.0, torch.where(zero, 1.0, var).sqrt()), mean
+
+
+def _std(x, dim=None, *, correction=None, keepdim=False):
+    return _std_mean(x, dim, correction=correction, keepdim=keepdim)[0]
 
 
 _FIXES = {"item": "keep the value a tensor (do not call .item(), float(), int(), .tolist() or .numpy() on it)",
@@ -1370,6 +1440,8 @@ def expanded(t, how, base):
             t = t.expand(broadcast_shapes(t.shape, base))
         elif step[0] == "narrow":
             t = t.narrow(*step[1:])
+        elif step[0] == "select":
+            t = t.select(*step[1:])
         else:
             t = t.reshape(step[1])
     return t

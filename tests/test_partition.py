@@ -15,19 +15,19 @@ from cases import path_taken, tolerances
 # the partition of each corpus loss at n = 7: "fused" (one kernel), "kernels" (several, no torch op), or a
 # torch op that must run between its kernels
 PARTITION = {
-    "YoloHead": "select.int", "GIoU": "select.int", "CenterNetFocal": "fused", "WeightedBoxL1": "fused",
-    "HardNegativeMining": "sort.default", "KeypointHeatmap": "unsqueeze.default", "Centerness": "max.dim",
+    "YoloHead": "kernels", "GIoU": "fused", "CenterNetFocal": "fused", "WeightedBoxL1": "fused",
+    "HardNegativeMining": "sort.default", "KeypointHeatmap": "fused", "Centerness": "max.dim",
     "SequenceCE": "kernels", "PPOClip": "fused", "Reinforce": "cumsum.default",
     "TokenDPO": "kernels", "MaskedEntropy": "fused", "KLPenalty": "fused",
-    "NormalizedAdvantagePG": "var.correction", "VAE": "sum.dim_IntList", "BetaVAE": "sum.dim_IntList",
-    "GramStyle": "bmm.default", "TotalVariation": "slice.Tensor", "HingeGAN": "fused", "DiffusionEps": "index.Tensor",
-    "ChannelWeightedCharbonnier": "fused", "FeatureMatching": "mean.default", "CLIP": "mm.default",
+    "NormalizedAdvantagePG": "fused", "VAE": "kernels", "BetaVAE": "kernels",
+    "GramStyle": "bmm.default", "TotalVariation": "kernels", "HingeGAN": "fused", "DiffusionEps": "index.Tensor",
+    "ChannelWeightedCharbonnier": "fused", "FeatureMatching": "kernels", "CLIP": "mm.default",
     "BatchHardTriplet": "_cdist_forward.default", "CenterLoss": "index.Tensor", "AdditiveMargin": "mm.default",
     "SupCon": "mm.default", "PairwiseRanking": "sub.Tensor", "NPair": "diagonal.default",
     "CoxPH": "logcumsumexp.default", "DiscreteHazard": "cumprod.default", "MultiQuantile": "fused",
-    "MultiTaskTabular": "select.int", "Coral": "fused", "Tweedie": "fused", "PoissonExposure": "fused",
-    "AlphaFocalMultiLabel": "fused", "StandardizedHuber": "var.correction", "DiagGaussianNLL": "fused",
-    "IgnoreIndexCE": "index_put.default",  # labels[~mask] = 0 on a clone: its out-of-place form
+    "MultiTaskTabular": "kernels", "Coral": "fused", "Tweedie": "fused", "PoissonExposure": "fused",
+    "AlphaFocalMultiLabel": "fused", "StandardizedHuber": "fused", "DiagGaussianNLL": "fused",
+    "IgnoreIndexCE": "fused",  # labels[~mask] = 0 on a clone: its out-of-place form, a where
 }
 # runs eagerly: the reason its warning names
 EAGER = {}
@@ -184,11 +184,24 @@ STEPS = {  # name -> f(x, w) on a (R, C) float tensor (w: a fixed (C, C) matrix)
     "flip": lambda x, w: x.flip(0),
     "first_col": lambda x, w: x * x[:, :1],
     "transpose_back": lambda x, w: (x.t() * 2).t(),
+    "std_rows": lambda x, w: (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + 1),
+    "var_whole": lambda x, w: x / (1 + x.var(correction=0)),
+    "last_col": lambda x, w: x * x[:, -1].unsqueeze(1).sigmoid(),
+    "zero_negatives": lambda x, w: _zero_negatives(x),
 }
+
+
+def _zero_negatives(x):
+    y = x.clone()
+    y[y < 0] = 0
+    return y
+
+
 ENDS = {
-    "mean": lambda y: y.mean(),
-    "row_logsumexp_mean": lambda y: torch.logsumexp(y, -1).mean(),
-    "per_row_sum_then_max_pow": lambda y: y.sum(0).pow(2).mean(),
+    "mean": lambda y, w: y.mean(),
+    "row_logsumexp_mean": lambda y, w: torch.logsumexp(y, -1).mean(),
+    "per_row_sum_then_max_pow": lambda y, w: y.sum(0).pow(2).mean(),
+    "mean_and_a_term_of_w": lambda y, w: y.mean() + (w.exp() - w).sum(-1).pow(2).mean(),  # (C, C): another shape
 }
 
 
@@ -197,11 +210,11 @@ def _program(steps, end):
         y = x - t
         for s in steps:
             y = STEPS[s](y, w)
-        return ENDS[end](y)
+        return ENDS[end](y, w)
     return forward
 
 
-@settings(max_examples=25, deadline=None, derandomize=True)
+@settings(max_examples=40, deadline=None, derandomize=True)
 @given(st.lists(st.sampled_from(sorted(STEPS)), min_size=1, max_size=5), st.sampled_from(sorted(ENDS)),
        st.integers(1, 9), st.integers(1, 9))
 def test_random_programs_match_eager(steps, end, rows, cols):
@@ -219,5 +232,5 @@ def test_random_programs_match_eager(steps, end, rows, cols):
         out = cls(use_autogen=True)(xs[1], t, w)
         got, = torch.autograd.grad(out, xs[1])
     path_taken(rec, caught, "RandomProgram")
-    torch.testing.assert_close(out, ref, rtol=1e-9, atol=1e-12)
-    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(out, ref, rtol=1e-9, atol=1e-12, equal_nan=True)  # (std of one element)
+    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12, equal_nan=True)

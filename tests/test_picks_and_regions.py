@@ -1,0 +1,218 @@
+"""Lowerings a custom loss reaches for beside its main term, each against eager torch over generated cases:
+one column picked (x[:, k], x[..., k], unbind), variance and standard deviation (any dim, correction,
+keepdim), a masked assignment on a clone (y[y < 0] = 0), a per-sample weight broadcast by indexing
+(w[:, :, None, None]); and the partition's kernels of their own for a part of the graph of another shape
+(a (B, Z) KL term beside a (B, C, H, W) reconstruction): kernels only, no torch op between them."""
+import warnings
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+import autogen
+from cases import path_taken, tolerances
+
+KERNELS = ("fused", "kernels")  # one kernel, or several with no torch op between them
+
+
+def _against_eager(cls, args, diff, dtype=torch.float64):
+    """cls's forward and its gradients for `diff` against eager torch; returns the path taken."""
+    ours = [a.clone().requires_grad_(i in diff) for i, a in enumerate(args)]
+    theirs = [a.clone().requires_grad_(i in diff) for i, a in enumerate(args)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's own (std with too few degrees of freedom)
+        ref = cls()(*theirs)
+    want = torch.autograd.grad(ref * 1.5, [theirs[i] for i in diff]) if diff else ()
+    with autogen.policy("aggressive"), autogen.record() as rec, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = cls(use_autogen=True)(*ours)
+        got = torch.autograd.grad(out * 1.5, [ours[i] for i in diff]) if diff else ()
+    caught = [c for c in caught if str(c.message).startswith("autogen")]
+    tol = dict(tolerances(dtype), equal_nan=True)
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    torch.testing.assert_close(out, ref, **tol)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, **tol)
+    return path_taken(rec, caught, cls.__name__)
+
+
+def _module(name, forward):
+    return autogen.autogen_loss(type(name, (torch.nn.Module,), {"forward": forward}))
+
+
+# -- one column --------------------------------------------------------------------------------------
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(st.integers(1, 9), st.integers(1, 9), st.integers(-9, 8), st.booleans(), st.booleans(),
+       st.sampled_from([torch.float32, torch.float64]))
+def test_one_column_of_an_input(rows, cols, k, whole, three_d, dtype):
+    """x[..., k] of an input read only through picks and slices (a kernel input of its own) or read whole
+    as well (a pick inside the kernel): one fused kernel, torch's values and gradients."""
+    k = k % cols
+    if whole:
+        def forward(self, x, t):
+            return ((x - t) ** 2).mean() + (x[..., k].sigmoid() * t[..., -1]).sum() + x.exp()[..., k].mean()
+    else:
+        def forward(self, x, t):
+            a, b = x[..., k], x[..., :1]
+            return (a.sigmoid() - t[..., k]).abs().mean() + (b * 2).pow(2).sum()
+    shape = (2, rows, cols) if three_d else (rows, cols)
+    g = torch.Generator().manual_seed(rows * 100 + cols * 10 + k)
+    args = [torch.randn(shape, dtype=dtype, generator=g), torch.randn(shape, dtype=dtype, generator=g)]
+    assert _against_eager(_module("OneColumn", forward), args, (0,), dtype) in KERNELS
+
+
+def test_boxes_unbound_into_columns():
+    def forward(self, pred, target):
+        x1, y1, x2, y2 = target.unbind(-1)
+        w, h = pred[:, 2].exp(), pred[:, 3].exp()
+        return ((pred[:, 0] - x1).abs() + (pred[:, 1] - y1).abs() + (w - (x2 - x1)).abs() + (h - (y2 - y1)).abs()
+                ).mean()
+    g = torch.Generator().manual_seed(0)
+    for n in (1, 7, 300):
+        args = [torch.randn(n, 4, dtype=torch.float64, generator=g), torch.rand(n, 4, dtype=torch.float64, generator=g)]
+        assert _against_eager(_module("Boxes", forward), args, (0,)) in KERNELS
+
+
+def test_a_column_of_a_computed_value_along_another_dim_is_still_right():
+    def forward(self, x, t):
+        y = (x - t).exp()
+        return y[0].sum() + y[:, 0].mean() + y.mean()  # a row (dim 0): not a column pick
+    args = [torch.randn(5, 4, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64)]
+    assert _against_eager(_module("RowPick", forward), args, (0,)) in ("fused", "kernels", "split")
+
+
+# -- variance and standard deviation -----------------------------------------------------------------
+MOMENTS = {
+    "var": lambda x, dim, c, keep: torch.var(x, dim, correction=c, keepdim=keep),
+    "std": lambda x, dim, c, keep: torch.std(x, dim, correction=c, keepdim=keep),
+    "var_mean": lambda x, dim, c, keep: sum(torch.var_mean(x, dim, correction=c, keepdim=keep)),
+    "std_mean": lambda x, dim, c, keep: torch.std_mean(x, dim, correction=c, keepdim=keep)[0] *
+    torch.std_mean(x, dim, correction=c, keepdim=keep)[1],
+}
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.sampled_from(sorted(MOMENTS)), st.integers(1, 8), st.integers(1, 8), st.sampled_from([None, -1, 0, (0, 1)]),
+       st.sampled_from([0, 1, 2, 0.5]), st.booleans(), st.booleans(), st.sampled_from([torch.float32, torch.float64]))
+def test_moments(name, rows, cols, dim, correction, keepdim, constant, dtype):
+    """Any dim, correction (more than the count: torch's inf or nan), keepdim, constant rows (std's gradient
+    there is 0, as torch's std_backward makes it): torch's values and gradients, and a kernel ran along
+    the last dim or over everything."""
+    fn = MOMENTS[name]
+
+    def forward(self, x, t):
+        return (fn(x, dim, correction, keepdim) * 0.5).sum() + (x * t).mean()
+    g = torch.Generator().manual_seed(rows * 10 + cols)
+    x = torch.randn(rows, cols, dtype=dtype, generator=g)
+    if constant:
+        x[0] = 3.0
+    path = _against_eager(_module("Moments", forward), [x, torch.randn(rows, cols, dtype=dtype, generator=g)],
+                          (0,), dtype)
+    if dim in (None, -1, (0, 1)):
+        assert path in KERNELS
+
+
+def test_standardized_targets():
+    def forward(self, pred, target):
+        z = (target - target.mean(0)) / (target.std(0) + 1e-6)
+        a = (pred - pred.mean()) / (pred.std() + 1e-8)
+        return torch.nn.functional.huber_loss(a, z)
+    g = torch.Generator().manual_seed(3)
+    for n in (2, 9, 257):
+        args = [torch.randn(n, 4, dtype=torch.float64, generator=g), torch.randn(n, 4, dtype=torch.float64, generator=g)]
+        assert _against_eager(_module("Standardized", forward), args, (0,)) != "eager"
+
+
+# -- masked assignment on a clone --------------------------------------------------------------------
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(st.integers(1, 9), st.integers(1, 9), st.sampled_from(["labels", "floats", "rows", "tensor_values"]))
+def test_masked_assignment_on_a_clone(rows, cols, kind):
+    """y = t.clone(); y[mask] = v: a where when the mask has y's shape and v is one value; any other
+    (a mask over rows, several values) runs in torch: torch's values either way."""
+    g = torch.Generator().manual_seed(rows * 10 + cols)
+    x = torch.randn(rows, cols, dtype=torch.float64, generator=g)
+    if kind == "labels":
+        labels = torch.randint(-1, cols, (rows,), generator=g)
+
+        def forward(self, x, labels):
+            safe = labels.clone()
+            safe[labels < 0] = 0
+            lp = torch.log_softmax(x, -1).gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+            return -(lp * (labels >= 0)).sum() / (labels >= 0).sum().clamp(min=1)
+        args = [x, labels]
+    else:
+        t = torch.randn(rows, cols, dtype=torch.float64, generator=g)
+
+        def forward(self, x, t):
+            y = t.clone()
+            if kind == "floats":
+                y[y < 0] = 0.25
+            elif kind == "rows":
+                y[t[:, 0] > 0] = -1.0
+            else:
+                y[y > 0.5] = t[y > 0.5] * 2
+            return ((x - y) ** 2).mean()
+        args = [x, t]
+    path = _against_eager(_module("Masked", forward), args, (0,))
+    if kind == "floats" or kind == "labels" and cols > 1:  # (a gather from rows of one element is torch's)
+        assert path in KERNELS
+
+
+# -- a per-sample weight broadcast by indexing ----------------------------------------------------------
+@pytest.mark.parametrize("how", ["index", "view", "unsqueeze"])
+def test_a_weight_per_sample_and_channel(how):
+    def forward(self, pred, gt, vis):
+        w = {"index": lambda: vis[:, :, None, None], "view": lambda: vis.view(*vis.shape, 1, 1),
+             "unsqueeze": lambda: vis.unsqueeze(-1).unsqueeze(-1)}[how]()
+        return ((pred - gt) ** 2 * w).mean(dim=(1, 2, 3)).mean()
+    g = torch.Generator().manual_seed(0)
+    for b in (1, 5):
+        args = [torch.randn(b, 3, 4, 5, dtype=torch.float64, generator=g),
+                torch.randn(b, 3, 4, 5, dtype=torch.float64, generator=g), torch.rand(b, 3, dtype=torch.float64, generator=g)]
+        assert _against_eager(_module("PerJoint", forward), args, (0, 2)) in KERNELS
+
+
+# -- kernels of their own for parts of another shape ---------------------------------------------------
+TERMS = {  # name -> (a term of a (B, Z) value z, read beside a (B, C, H, W) main term)
+    "kl": lambda z, w: -0.5 * (1 + w - z.pow(2) - w.exp()).sum(1),
+    "l1_mean": lambda z, w: (z - w).abs().mean(),
+    "softmax_ce": lambda z, w: -(torch.log_softmax(z, -1) * torch.softmax(w, -1)).sum(-1),
+    "norm": lambda z, w: (z.pow(2) + w.exp()).sum(-1).sqrt(),
+}
+MAIN = {
+    "per_sample_bce": lambda x, y: torch.nn.functional.binary_cross_entropy_with_logits(
+        x, y, reduction="none").sum(dim=(1, 2, 3)),
+    "per_sample_mse": lambda x, y: ((x - y) ** 2).mean(dim=(1, 2, 3)),
+    "whole_l1": lambda x, y: (x - y).abs().mean(),
+    "tv": lambda x, y: (x[:, :, 1:] - x[:, :, :-1]).abs().mean() + (x - y).pow(2).mean(),
+}
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(st.sampled_from(sorted(MAIN)), st.lists(st.sampled_from(sorted(TERMS)), min_size=1, max_size=2),
+       st.integers(1, 6), st.integers(1, 9), st.sampled_from([torch.float32, torch.float64]))
+def test_parts_of_other_shapes_run_as_kernels_of_their_own(main, terms, batch, z, dtype):
+    def forward(self, x, y, mu, logvar):
+        out = MAIN[main](x, y)
+        for name in terms:
+            out = out + 0.1 * TERMS[name](mu, logvar)
+        return out.mean()
+    g = torch.Generator().manual_seed(batch * 10 + z)
+    args = [torch.randn(batch, 3, 4, 5, dtype=dtype, generator=g), torch.rand(batch, 3, 4, 5, dtype=dtype, generator=g),
+            torch.randn(batch, z, dtype=dtype, generator=g), torch.randn(batch, z, dtype=dtype, generator=g)]
+    path = _against_eager(_module("TwoShapes", forward), args, (0, 2, 3), dtype)
+    # a batch of the images' width: a per-sample vector there reads as one along the width (a torch op joins
+    # the parts then; still torch's values)
+    assert path in (KERNELS if batch != 5 else KERNELS + ("split",))
+
+
+def test_explain_names_the_kernel_that_reads_a_materialized_value():
+    def forward(self, x, y, mu, logvar):
+        rec = ((x - y) ** 2).mean(dim=(1, 2, 3))
+        kl = -0.5 * (1 + logvar - mu.pow(2) - logvar.exp()).sum(1)
+        return (rec + kl).mean()
+    args = [torch.randn(4, 3, 4, 5), torch.randn(4, 3, 4, 5), torch.randn(4, 8), torch.randn(4, 8)]
+    with autogen.policy("aggressive"):
+        part = autogen.explain(_module("VAELike", forward)(use_autogen=True), *args).partition
+    assert len(part) == 3 and not any(p.startswith("torch") for p in part), part
+    assert "read by kernel 3" in part[0] and "read by kernel 3" in part[1] and part[2].endswith("the loss"), part
