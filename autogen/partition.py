@@ -9,6 +9,7 @@ as torch ops too: one torch op is as fast as a kernel of one op. Each kernel is 
 through both as eagerly. A module runs wholly eagerly only when no kernel is left (or an op in the way
 cannot run as a torch call: the inlined losses' placeholder op, an in-place op on an input or a view).
 """
+import math
 import operator
 import threading
 
@@ -351,7 +352,8 @@ class _Cut:
             self.walks += 1
             sub, reads, _, _ = _subgraph(self.gm, c, self.torch_nodes | self.cuts)
             try:
-                ok = self.walks <= MAX_WALK and bool(self.lower(sub, [self.examples[m] for m in reads]))
+                ok = self.walks <= MAX_WALK and not _copies(self.lower(sub, [self.examples[m] for m in reads]),
+                                                            [self.examples[m] for m in reads])
             except Unsupported:
                 ok = False
             except tracing.TracingError:
@@ -407,6 +409,20 @@ class _Cut:
                 kernels[o] = (result, reads)
             else:
                 return kernels
+
+
+def _copies(traced, examples):
+    """Whether a kernel reads one input through several parts that are not contiguous (a total variation's
+    shifted slices x[:, :, 1:] and x[:, :, :-1]): each part a copy, slower than torch's strided ops."""
+    parts = {}
+    for _, i, how in getattr(traced, "inputs", ()):
+        if how == "flat" or i >= len(examples):
+            continue
+        shape = examples[i].shape  # (narrows before any reshape: of the input's own shape)
+        cut = [s for s in how if s != "expand" and (s[0] == "select" or s[0] == "narrow" and s[3] < shape[s[1]])]
+        if any(math.prod(shape[:s[1]]) > 1 for s in cut):
+            parts[i] = parts.get(i, 0) + 1
+    return any(k > 1 for k in parts.values())
 
 
 def _lower_kernel(sub, examples, lower, back):

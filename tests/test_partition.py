@@ -20,7 +20,7 @@ PARTITION = {
     "SequenceCE": "kernels", "PPOClip": "fused", "Reinforce": "cumsum.default",
     "TokenDPO": "kernels", "MaskedEntropy": "fused", "KLPenalty": "fused",
     "NormalizedAdvantagePG": "fused", "VAE": "kernels", "BetaVAE": "kernels",
-    "GramStyle": "bmm.default", "TotalVariation": "kernels", "HingeGAN": "fused", "DiffusionEps": "index.Tensor",
+    "GramStyle": "bmm.default", "TotalVariation": "slice.Tensor", "HingeGAN": "fused", "DiffusionEps": "index.Tensor",
     "ChannelWeightedCharbonnier": "fused", "FeatureMatching": "kernels", "CLIP": "mm.default",
     "BatchHardTriplet": "_cdist_forward.default", "CenterLoss": "index.Tensor", "AdditiveMargin": "mm.default",
     "SupCon": "mm.default", "PairwiseRanking": "sub.Tensor", "NPair": "diagonal.default",
