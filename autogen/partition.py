@@ -9,7 +9,6 @@ as torch ops too: one torch op is as fast as a kernel of one op. Each kernel is 
 through both as eagerly. A module runs wholly eagerly only when no kernel is left (or an op in the way
 cannot run as a torch call: the inlined losses' placeholder op, an in-place op on an input or a view).
 """
-import math
 import operator
 import threading
 
@@ -291,7 +290,7 @@ class _Cut:
         self.cuts = set()  # values computed by a kernel of their own, read by the kernel after them
         self.tried = set()  # nodes a kernel boundary was put before
         self.tries = 0
-        self.lowerable, self.walks = {}, 0  # region_end's lowerings
+        self.walked, self.lowerable, self.walks = set(), {}, 0  # region_end's starts and lowerings
 
     def give_up(self):
         raise Unsupported(self.whole.op, self.whole.line)
@@ -331,13 +330,12 @@ class _Cut:
         else:  # first a kernel of its own for the part of the graph it starts (values of another shape: a
             # (B, Z) KL term beside a (B, C, H, W) reconstruction), then a kernel boundary before it (its base
             # may then be one the op reduces along), then torch
-            if bad not in self.tried and bad is not o:
-                self.tried.add(bad)
+            if bad not in self.walked and bad is not o:
+                self.walked.add(bad)
                 end = self.region_end(bad, o, need)
                 if end is not None:
                     self.cuts.add(end)
                     return
-                self.tried.discard(bad)
             computed = [m for m in bad.all_input_nodes if _tensor(m) and m.op == "call_function" and m not in
                         self.torch_nodes and m not in self.cuts and m.meta["val"].is_floating_point()]
             if computed and bad not in self.tried and bad is not o:
@@ -351,16 +349,10 @@ class _Cut:
         if c not in self.lowerable:
             self.walks += 1
             sub, reads, _, _ = _subgraph(self.gm, c, self.torch_nodes | self.cuts)
-            try:
-                ok = self.walks <= MAX_WALK and not _copies(self.lower(sub, [self.examples[m] for m in reads]),
-                                                            [self.examples[m] for m in reads])
-            except Unsupported:
-                ok = False
-            except tracing.TracingError:
-                raise
-            except Exception:  # noqa: BLE001 - as _lower_kernel: no kernel here
-                ok = False
-            self.lowerable[c] = ok
+            examples = [self.examples[m] for m in reads]
+            traced = _try_lower(sub, examples, self.lower) if self.walks <= MAX_WALK else None
+            self.lowerable[c] = traced is not None and not isinstance(traced, Unsupported) and \
+                not _copies(traced, examples)
         return self.lowerable[c]
 
     def region_end(self, bad, o, need):
@@ -418,9 +410,12 @@ def _copies(traced, examples):
     for _, i, how in getattr(traced, "inputs", ()):
         if how == "flat" or i >= len(examples):
             continue
-        shape = examples[i].shape  # (narrows before any reshape: of the input's own shape)
-        cut = [s for s in how if s != "expand" and (s[0] == "select" or s[0] == "narrow" and s[3] < shape[s[1]])]
-        if any(math.prod(shape[:s[1]]) > 1 for s in cut):
+        t = examples[i].detach()
+        for step in how:  # the narrows and picks that make the part (a view of the stand-in)
+            if step == "expand" or step[0] not in ("narrow", "select"):
+                break
+            t = t.narrow(*step[1:]) if step[0] == "narrow" else t.select(*step[1:])
+        if not t.is_contiguous():
             parts[i] = parts.get(i, 0) + 1
     return any(k > 1 for k in parts.values())
 
@@ -432,6 +427,11 @@ def _lower_kernel(sub, examples, lower, back):
         return None
     if not next(n for n in sub.graph.nodes if n.op == "output").args[0].meta["val"].is_floating_point():
         return None
+    return _try_lower(sub, examples, lower)
+
+
+def _try_lower(sub, examples, lower):
+    """The kernel's trace, or its Unsupported."""
     try:
         return lower(sub, examples)
     except Unsupported as exc:
