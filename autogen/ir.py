@@ -87,6 +87,10 @@ def apply(op, *args):
         raise TypeError(f"primitive {op} takes {prim.arity} arguments, got {len(args)}")
     args = _wrap(args)
     level, kind = prim.infer(args)
+    if kind == "f" and prim.group == "elementwise" and op != "float":
+        # an index beside a float computes as the float dtype (numba would widen float32 to float64)
+        args = [apply("float", a) if a.kind == "i" and (prim.args or "f" * prim.arity)[j] == "f" else a
+                for j, a in enumerate(args)]
     for j, unit in enumerate(prim.units):  # x * 1, x + 0, x / 1: no node at all
         other = args[1 - j]
         if unit is not None and args[j].op == "const" and args[j].attr == unit and other.kind == kind \

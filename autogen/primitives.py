@@ -153,6 +153,9 @@ _prim("add_strict", 2, "elementwise", "__m.strict_add(__F({0}), __F({1}))", torc
 _prim("mul", 2, "elementwise", "({0} * {1})", torch.mul, lambda g, o, a, b: (g * b, g * a), units=(1.0, 1.0))
 _prim("div", 2, "elementwise", "({0} / {1})", torch.div, lambda g, o, a, b: (g / b, -g * o / b), kind="f",
       units=(None, 1.0))
+# an index (iota, a label) as a number of the compute dtype: an index's min or max (argmax's), a count
+_prim("float", 1, "elementwise", "__F({0})", lambda a: a.to(torch.get_default_dtype()), _nograd, kind="f",
+      args="i")
 _prim("neg", 1, "elementwise", "(-{0})", torch.neg, lambda g, o, a: (-g,))
 _prim("abs", 1, "elementwise", "abs({0})", torch.abs, lambda g, o, a: (g * A("sign", a),))
 _prim("sign", 1, "elementwise", "(__one if {0} > 0 else (-__one if {0} < 0 else __zero))",

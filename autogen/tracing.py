@@ -102,7 +102,8 @@ class _Lowering:
         # an input read only through slices (glu's halves, x.chunk(2, -1)) counts with its first part's shape
         sliced = {i: _first_part(node) for i, node in enumerate(placeholders) if _only_sliced(node)}
         shapes = [sliced.get(i) or tuple(t.shape) for i, t in enumerate(example)]
-        self.base_index = max(floats, key=lambda i: (len(shapes[i]), -i))
+        # of the most dimensions; of those, one read whole before a sliced one's part (x[:, :1] beside y)
+        self.base_index = max(floats, key=lambda i: (len(shapes[i]), i not in sliced, -i))
         base = shapes[self.base_index]
         self.base = base if len(base) >= 2 else (1,) * (2 - len(base)) + base  # (R..., C), at least 2-D
         self.k = len(self.base) - 1   # index of the last (column) axis
@@ -347,8 +348,8 @@ class _Lowering:
 
     def reduce(self, n, x, dims, keepdim, kind, mean=False):
         x = self.arg(x)
-        if kind == "sum" and x.node.kind != "f":  # torch counts booleans (a mask's sum is a count)
-            x = V(A("where", x.node, 1.0, 0.0) if x.node.kind == "b" else x.node * 1.0, x.shape, x.axes)
+        if x.node.kind != "f":  # torch counts booleans (a mask's sum is a count); indices reduce as numbers
+            x = V(A("where", x.node, 1.0, 0.0) if x.node.kind == "b" else A("float", x.node), x.shape, x.axes)
         nd = len(x.shape)
         dims = list(range(nd)) if dims is None or dims == [] else [d % nd for d in dims] if nd else []
         reduced = set(_bases([x.axes[d] for d in dims]))
@@ -830,6 +831,21 @@ def _gather(low, n, x, dim, index, *, sparse_grad=False):
     return V(node, shape, tuple(None if d == dim % len(shape) else a for d, a in enumerate(xv.axes)))
 
 
+@_rule(aten.scatter)
+def _scatter(low, n, x, dim, index, src, *, reduce=None):
+    """x.scatter(-1, t[:, None], v): one element per row replaced (a true class masked out, a one-hot
+    made), the index checked in torch before the kernel as gather's"""
+    xv, iv = low.arg(x), low.arg(index)
+    sv = low.arg(src) if isinstance(src, torch.fx.Node) else low._value(src)
+    if reduce is not None or xv.axes[dim % len(xv.shape)] != low.k or iv.shape[dim % len(iv.shape)] != 1 or \
+            tuple(iv.shape) != tuple(1 if d == dim % len(xv.shape) else s for d, s in enumerate(xv.shape)) or \
+            (isinstance(src, torch.fx.Node) and tuple(sv.shape) != tuple(iv.shape)):
+        raise Unsupported("a scatter other than one element per row along the last dimension", "")
+    idx = inp(f"__idx{len(low.index_inputs)}", ROW, "i")
+    low.index_inputs.append((idx, iv.node))
+    return V(A("where", A("eq", iota(), idx), sv.node, xv.node), xv.shape, xv.axes)
+
+
 def _push_gather(node, idx, memo):
     """node[row, idx[row]] as a per-row graph: the gather moves through elementwise ops down to the
     inputs (log_softmax(x)[t] = x[t] - lse: no pass over the row), else a masked row sum."""
@@ -897,6 +913,11 @@ def _slice(low, n, x, dim=0, start=None, end=None, step=1):
     if not isinstance(xv, _Part):
         if step == 1 and isinstance(xv, V) and tuple(n.meta["val"].shape) == tuple(xv.shape):
             return xv  # x[:, :] keeps everything
+        if step == 1 and _is_column(low, xv, dim):
+            d = dim % len(xv.shape)
+            r = range(xv.shape[d])[slice(_num(low, start), _num(low, end))]
+            if len(r) == 1:  # x[:, k:k + 1]: one column, its dim kept
+                return V(_column(low, x, r.start), tuple(n.meta["val"].shape), xv.axes[:d] + (None,) + xv.axes[d + 1:])
         raise Unsupported("a slice of a computed value (only the loss's inputs may be sliced)", "")
     if step != 1:
         raise Unsupported("a strided slice", "")
@@ -905,21 +926,30 @@ def _slice(low, n, x, dim=0, start=None, end=None, step=1):
     return _piece(low, n, _narrowed(xv, dim, r.start, len(r)))
 
 
+def _is_column(low, xv, dim):
+    """Whether `dim` of the value xv is the kernel's one column axis (a pick along it is a masked row sum)."""
+    return isinstance(xv, V) and xv.axes is not None and len(low.K) == 1 and _FLAT not in xv.axes and \
+        xv.axes[dim % len(xv.shape)] == low.k
+
+
+def _column(low, x, i):
+    """Column i of the value x, per row: the row's sum of x where the column index is i (one term is not 0)."""
+    xn = low.arg(x).node
+    if xn.kind != "f":
+        raise Unsupported("a pick of one column of an integer or boolean value", "")
+    return A("sum_row", A("where", A("eq", iota(), const(int(i), "i")), xn, 0.0))
+
+
 @_rule(aten.select.int)
 def _select(low, n, x, dim, index):
     xv = low.env[x]
     if isinstance(xv, V) and xv.axes is not None and xv.shape[dim % len(xv.shape)] == 1:  # a squeeze
         dim %= len(xv.shape)
         return V(low.arg(x).node, tuple(n.meta["val"].shape), xv.axes[:dim] + xv.axes[dim + 1:])
-    if isinstance(xv, V) and xv.axes is not None and len(low.K) == 1 and _FLAT not in xv.axes and \
-            xv.axes[dim % len(xv.shape)] == low.k:  # one column of a value read whole elsewhere: a gather
+    if _is_column(low, xv, dim):  # one column of a value read whole elsewhere: a gather
         dim %= len(xv.shape)
         i = _num(low, index)
-        i = i + xv.shape[dim] if i < 0 else i
-        xn = low.arg(x).node
-        if xn.kind != "f":
-            raise Unsupported("a pick of one column of an integer or boolean value", "")
-        node = A("sum_row", A("where", A("eq", iota(), const(int(i), "i")), xn, 0.0))  # one term is not 0
+        node = _column(low, x, i + xv.shape[dim] if i < 0 else i)
         return V(node, tuple(n.meta["val"].shape), xv.axes[:dim] + xv.axes[dim + 1:])
     if not isinstance(xv, _Part):
         raise Unsupported("a pick of one index of a computed value (only the loss's inputs may be indexed)", "")
@@ -945,6 +975,27 @@ def _split(low, n, x, sizes, dim=0):
         parts.append(_narrowed(xv, dim, start, length))
         start += length
     return parts
+
+
+@_rule(aten.cat)
+def _cat(low, n, tensors, dim=0):
+    """torch.stack(cols, -1) (a cat of (..., 1) pieces): the row's element j is piece j, chosen by the column
+    index (boxes rebuilt from their components: x1, y1, x2, y2 = cx - w / 2, ...)"""
+    shape = tuple(n.meta["val"].shape)
+    d = dim % len(shape)
+    axes = low._aligned_axes(shape)
+    vals = [low.arg(t) for t in tensors]
+    if axes is None or len(low.K) != 1 or axes[d] != low.k or len(vals) != shape[d] or any(
+            len(v.shape) != len(shape) or v.shape[d] != 1 or v.node.kind != "f" or v.axes is None or
+            any(s != 1 and a != b for k, (s, a, b) in enumerate(zip(v.shape, v.axes, axes)) if k != d)
+            for v in vals):
+        raise Unsupported("a cat other than of single float columns along the last dimension (a stack)", "")
+    if not any(v.node.level & ROW for v in vals):  # scalars (one row's): their gradients, sums over a column
+        raise Unsupported("a stack of the values of a single row", "")
+    node = vals[-1].node
+    for j in range(len(vals) - 2, -1, -1):
+        node = A("where", A("eq", iota(), const(j, "i")), vals[j].node, node)
+    return V(node, shape, axes)
 
 
 @_rule(operator.getitem)
@@ -997,6 +1048,8 @@ def _to(low, n, x, *args, **kwargs):
         return V(A("where", xv.node, 1.0, 0.0), xv.shape, xv.axes)  # 0/1 in the compute dtype, exact
     if dtype == torch.bool:
         return xv if xv.node.kind == "b" else V(A("ne", xv.node, 0), xv.shape, xv.axes)
+    if dtype.is_floating_point and xv.node.kind == "i":
+        return V(A("float", xv.node), xv.shape, xv.axes)
     if dtype.is_floating_point or (dtype == torch.int64 and xv.node.kind == "i"):
         return xv
     raise Unsupported(f"a conversion to {dtype}", "")
@@ -1174,7 +1227,8 @@ def _decompositions():
         for op in [op for op in table if getattr(op, "overloadpacket", None) in own]:
             del table[op]
         table.update({aten.var.correction: _var, aten.std.correction: _std, aten.var_mean.correction: _var_mean,
-                      aten.std_mean.correction: _std_mean})
+                      aten.std_mean.correction: _std_mean, aten.max.dim: _max_dim, aten.min.dim: _min_dim,
+                      aten.argmax.default: _argmax, aten.argmin.default: _argmin})
         _DECOMP = table
     return _DECOMP
 
@@ -1205,6 +1259,52 @@ def _std_mean(x, dim=None, *, correction=None, keepdim=False):
 
 def _std(x, dim=None, *, correction=None, keepdim=False):
     return _std_mean(x, dim, correction=correction, keepdim=keepdim)[0]
+
+
+def _pick_along(x, dim, keepdim, largest):
+    """torch.max(x, dim) / torch.min(x, dim) as reductions: the extreme value, the first index that holds it
+    (a NaN's, if any: torch's CPU kernels propagate it), and the value read at that index, so that the
+    gradient goes to that one element as torch's value_selecting_reduction_backward sends it."""
+    if x.dim() == 0:
+        return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
+    d = dim % x.dim()
+    C = x.shape[d]
+    if C == 1:  # one element: itself, at index 0
+        values = x if keepdim else x.squeeze(d)
+        return values.clone(), torch.where(values == values, 0, 0)  # zeros of values' shape, as values' view
+    m = x.amax(d, keepdim=True) if largest else x.amin(d, keepdim=True)
+    hit = (x == m) | (x != x)
+    iota = torch.arange(C, device=x.device).view([C if k == d else 1 for k in range(x.dim())])
+    idx = torch.where(hit, iota, C).amin(d, keepdim=True)
+    at = iota == idx
+    if x.dtype == torch.bool:
+        values = (x & at).any(d, keepdim=True)
+    else:
+        values = torch.where(at, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum(d, keepdim=True,
+                                                                                           dtype=x.dtype)
+    if not keepdim:
+        values, idx = values.squeeze(d), idx.squeeze(d)
+    return values, idx
+
+
+def _max_dim(x, dim, keepdim=False):
+    return _pick_along(x, dim, keepdim, True)
+
+
+def _min_dim(x, dim, keepdim=False):
+    return _pick_along(x, dim, keepdim, False)
+
+
+def _argmax(x, dim=None, keepdim=False):
+    if dim is None:
+        return _pick_along(x.reshape(-1), 0, False, True)[1].view([1] * x.dim() if keepdim else [])
+    return _pick_along(x, dim, keepdim, True)[1]
+
+
+def _argmin(x, dim=None, keepdim=False):
+    if dim is None:
+        return _pick_along(x.reshape(-1), 0, False, False)[1].view([1] * x.dim() if keepdim else [])
+    return _pick_along(x, dim, keepdim, False)[1]
 
 
 _FIXES = {"item": "keep the value a tensor (do not call .item(), float(), int(), .tolist() or .numpy() on it)",

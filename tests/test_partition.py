@@ -16,7 +16,7 @@ from cases import path_taken, tolerances
 # torch op that must run between its kernels
 PARTITION = {
     "YoloHead": "kernels", "GIoU": "fused", "CenterNetFocal": "fused", "WeightedBoxL1": "fused",
-    "HardNegativeMining": "sort.default", "KeypointHeatmap": "fused", "Centerness": "max.dim",
+    "HardNegativeMining": "sort.default", "KeypointHeatmap": "fused", "Centerness": "index.Tensor",
     "SequenceCE": "kernels", "PPOClip": "fused", "Reinforce": "cumsum.default",
     "TokenDPO": "kernels", "MaskedEntropy": "fused", "KLPenalty": "fused",
     "NormalizedAdvantagePG": "fused", "VAE": "kernels", "BetaVAE": "kernels",

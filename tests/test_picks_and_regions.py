@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
 import autogen
@@ -228,3 +229,57 @@ def test_explain_names_the_kernel_that_reads_a_materialized_value():
         part = autogen.explain(_module("VAELike", forward)(use_autogen=True), *args).partition
     assert len(part) == 3 and not any(p.startswith("torch") for p in part), part
     assert "read by kernel 3" in part[0] and "read by kernel 3" in part[1] and part[2].endswith("the loss"), part
+
+
+# -- columns stacked back into rows ------------------------------------------------------------------
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(st.integers(1, 9), st.integers(2, 6), st.booleans(), st.sampled_from([torch.float32, torch.float64]))
+def test_columns_stacked_into_rows(rows, cols, as_cat, dtype):
+    """torch.stack of per-row values along the last dim (boxes rebuilt from their components), or a cat of
+    (N, 1) pieces: one fused kernel, torch's values and gradients."""
+    def forward(self, x, t):
+        parts = [x[:, j].sigmoid() * (j + 1) - x[:, (j + 1) % cols] for j in range(cols)]
+        z = torch.cat([p[:, None] for p in parts], 1) if as_cat else torch.stack(parts, -1)
+        return F.smooth_l1_loss(z, t) + (z * t).sum(-1).mean()
+    g = torch.Generator().manual_seed(rows * 10 + cols)
+    args = [torch.randn(rows, cols, dtype=dtype, generator=g), torch.randn(rows, cols, dtype=dtype, generator=g)]
+    path = _against_eager(_module("Stacked", forward), args, (0, 1), dtype)
+    assert path in KERNELS if rows > 1 else path == "split"  # one row: the stack is torch's
+
+
+def test_boxes_converted_as_detection_code_does():
+    def xyxy(b):
+        cx, cy, w, h = b.unbind(-1)
+        return torch.stack([cx - 0.5 * w, cy - 0.5 * h, cx + 0.5 * w, cy + 0.5 * h], dim=-1)
+
+    def forward(self, pred, target):
+        return F.l1_loss(xyxy(pred.sigmoid()), xyxy(target))
+    g = torch.Generator().manual_seed(0)
+    for n in (1, 5, 300):
+        args = [torch.randn(n, 4, dtype=torch.float64, generator=g), torch.rand(n, 4, dtype=torch.float64, generator=g)]
+        assert _against_eager(_module("BoxL1", forward), args, (0,)) in (KERNELS if n > 1 else ("split",))
+
+
+@pytest.mark.parametrize("k", [0, 2, -1])
+def test_one_column_sliced_from_a_value_read_whole(k):
+    def forward(self, x, t):
+        y = (x - t).exp()
+        return (y[:, k:k + 1 if k != -1 else None] * y).mean() + y.sum()
+    g = torch.Generator().manual_seed(5)
+    args = [torch.randn(6, 3, dtype=torch.float64, generator=g), torch.randn(6, 3, dtype=torch.float64, generator=g)]
+    assert _against_eager(_module("SliceColumn", forward), args, (0, 1)) == "fused"
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(st.integers(2, 9), st.integers(1, 6), st.integers(2, 6), st.booleans())
+def test_a_sliced_input_beside_one_read_whole(rows, xcols, ycols, stacked):
+    """x read only through column slices, y of the same rank read whole: the kernel's rows are y's."""
+    def forward(self, x, y):
+        a = x[:, :1] * 2
+        if stacked:
+            a = torch.cat([a * y[:, j:j + 1] for j in range(ycols)], 1)
+        return ((a - y) ** 2).mean() + x[:, -1:].exp().sum()
+    g = torch.Generator().manual_seed(rows * 100 + xcols * 10 + ycols)
+    args = [torch.randn(rows, xcols, dtype=torch.float64, generator=g),
+            torch.randn(rows, ycols, dtype=torch.float64, generator=g)]
+    assert _against_eager(_module("SlicedBeside", forward), args, (0, 1)) == "fused"

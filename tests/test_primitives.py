@@ -45,11 +45,13 @@ def test_primitive_kernel_matches_torch(prim, dtype):
                         "forward")[node.digest]
     assert [(c.op, c.path) for c in rec.calls] == [(prim.name, "autogen")]
     want = prim.torch(*values)
+    if prim.name == "float":  # its reference cannot know the kernel's compute dtype
+        want = want.to(dtype)
     assert got.dtype == want.dtype
     torch.testing.assert_close(got.expand_as(want) if want.dim() else got.reshape(()), want, **tolerances(dtype))
 
 
-@pytest.mark.parametrize("prim", [p for p in OPS if p.kind != "b"], ids=lambda p: p.name)
+@pytest.mark.parametrize("prim", [p for p in OPS if p.kind != "b" and "f" in (p.args or "f")], ids=lambda p: p.name)
 def test_derivative_rule_matches_autograd(prim):
     dtype = torch.float64
     leaves, values = zip(*[_arg(prim, j, dtype) for j in range(prim.arity)])

@@ -1,0 +1,97 @@
+"""max/min along a dim with their indices, argmax/argmin, and scatter of one element per row, each against
+eager torch over generated cases: ties (the first index, as torch's CPU kernels), NaN (propagated, its
+index), keepdim, channel-first dims, one-hot targets and masked-out true classes; the gradient goes to the
+one element torch's value_selecting_reduction_backward sends it to."""
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings, strategies as st
+
+import autogen
+from test_picks_and_regions import KERNELS, _against_eager, _module
+
+PICKS = {
+    "max_values": lambda x, d, k: x.max(d, keepdim=k).values,
+    "min_values": lambda x, d, k: torch.min(x, dim=d, keepdim=k)[0],
+    "max_both": lambda x, d, k: (lambda r: r[0] * (r[1] + 1))(x.max(d, keepdim=k)),
+    "min_index_mask": lambda x, d, k: x.exp() * (x.argmin(d, keepdim=True) == 0),
+    "argmax_weight": lambda x, d, k: x.sigmoid().sum(d, keepdim=k) * (1 + x.argmax(d, keepdim=k)),
+}
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.sampled_from(sorted(PICKS)), st.integers(1, 9), st.integers(1, 9), st.booleans(), st.booleans(),
+       st.sampled_from(["none", "ties", "nan", "inf"]), st.sampled_from([torch.float32, torch.float64]))
+def test_extremes_along_the_last_dim(name, rows, cols, keepdim, four_d, special, dtype):
+    """Along the row (the last dim, or the channels of (N, C, H, W)): fused, torch's values and gradients."""
+    def forward(self, x, t):
+        return (PICKS[name](x, 1 if four_d else -1, keepdim) * t.mean()).sum() + ((x - t) ** 2).mean()
+    shape = (2, cols, 3, rows) if four_d else (rows, cols)
+    g = torch.Generator().manual_seed(rows * 100 + cols * 10 + len(name))
+    x = torch.randn(shape, dtype=dtype, generator=g)
+    if special == "ties":
+        x = x.round()
+    elif special in ("nan", "inf"):
+        x.view(-1)[torch.randint(0, x.numel(), (max(1, x.numel() // 7),), generator=g)] = float(special)
+    args = [x, torch.randn(shape, dtype=dtype, generator=g)]
+    assert _against_eager(_module("Extremes", forward), args, (0,), dtype) in KERNELS
+
+
+@pytest.mark.parametrize("dim", [0, None])
+def test_extremes_along_another_dim_keep_torch_values(dim):
+    """Over the rows, or over everything: whatever the partition, torch's numbers."""
+    def forward(self, x, t):
+        if dim is None:
+            return x.max() - x.min() + (x.argmax() + 1) * t.mean() + ((x - t) ** 2).mean()
+        v, i = x.max(dim)
+        return (v * (i + 1)).sum() + ((x - t) ** 2).mean() - x.min(dim).values.mean()
+    g = torch.Generator().manual_seed(3)
+    for rows, cols in ((1, 1), (7, 5), (5, 7)):
+        args = [torch.randn(rows, cols, dtype=torch.float64, generator=g).round(),
+                torch.randn(rows, cols, dtype=torch.float64, generator=g)]
+        assert _against_eager(_module("Elsewhere", forward), args, (0,)) != "eager"
+
+
+SCATTERS = {
+    "one_hot": lambda x, t, s: -(torch.zeros_like(x).scatter(1, t[:, None], 1.0) * x.log_softmax(1)).sum(1).mean(),
+    "mask_true": lambda x, t, s: F.relu(1 + x.scatter(1, t[:, None], -1e9).max(1).values
+                                        - x.gather(1, t[:, None]).squeeze(1)).mean(),
+    "src": lambda x, t, s: (x.scatter(-1, t.unsqueeze(-1), s.unsqueeze(-1)).sigmoid() * x).sum(),
+    "smoothed": lambda x, t, s: -((torch.full_like(x, 0.1 / x.shape[1]).scatter(1, t[:, None], 0.9))
+                                  * F.log_softmax(x, -1)).sum(-1).mean(),
+}
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.sampled_from(sorted(SCATTERS)), st.integers(1, 9), st.integers(1, 9),
+       st.sampled_from([torch.float32, torch.float64]))
+def test_scatter_one_element_per_row(name, rows, cols, dtype):
+    def forward(self, x, t, s):
+        return SCATTERS[name](x, t, s)
+    g = torch.Generator().manual_seed(rows * 10 + cols)
+    args = [torch.randn(rows, cols, dtype=dtype, generator=g), torch.randint(0, cols, (rows,), generator=g),
+            torch.randn(rows, dtype=dtype, generator=g)]
+    path = _against_eager(_module("Scatter", forward), args, (0, 2) if name == "src" else (0,), dtype)
+    # one column: torch's scatter, as gather's rule; a (N,) source when N == C is read along the row (the
+    # partition's concrete sizes): a torch op joins
+    assert path in KERNELS if cols > 1 and not (name == "src" and rows == cols) else path != "eager"
+
+
+def test_scatter_out_of_range_raises_torch_error():
+    def forward(self, x, t):
+        return torch.zeros_like(x).scatter(1, t[:, None], 1.0).mul(x).sum()
+    args = [torch.randn(4, 3), torch.tensor([0, 1, 3, 2])]
+    with pytest.raises(RuntimeError) as theirs:
+        _module("Bad", forward)()(*args)
+    with pytest.raises(RuntimeError) as ours, autogen.policy("aggressive"):
+        _module("Bad", forward)(use_autogen=True)(*args)
+    assert "out of bounds" in str(theirs.value) and "out of bounds" in str(ours.value)
+
+
+def test_an_index_beside_floats_computes_in_the_float_dtype():
+    """iota, labels and argmax's index in float32 arithmetic: a float32 kernel (numba would widen)."""
+    def forward(self, x, t):
+        return ((x.argmax(-1) + t) * x.amax(-1)).mean() + (torch.arange(x.shape[1]) * x).sum()
+    g = torch.Generator().manual_seed(1)
+    args = [torch.randn(6, 5, generator=g), torch.randint(0, 5, (6,), generator=g)]
+    assert _against_eager(_module("IndexMath", forward), args, (0,), torch.float32) == "fused"
