@@ -94,11 +94,46 @@ class _Route(TorchFunctionMode):
         kwargs = kwargs or {}
         ours = ROUTES.get(func)
         if ours is None:
+            if func is torch.functional.einsum and not kwargs:
+                out = _product_einsum(*args)
+                if out is not None:
+                    return out
             return func(*args, **kwargs)
         args, kwargs = _arguments(func, args, kwargs)
         if kwargs.get("inplace"):
             return func(*args, **kwargs)  # torch's in-place op: the trace shows the mutation
         return ours(*args, **kwargs)
+
+
+def _product_einsum(equation, *operands):
+    """torch.einsum whose product has the largest operand's size (every operand's subscripts among that
+    one's: 'bchw,bchw->bc', 'nc,c->n'), as that product summed over the subscripts the output drops, which
+    the trace lowers (torch's einsum goes through bmm); else None, for torch's own."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    if not isinstance(equation, str) or not all(isinstance(t, torch.Tensor) for t in operands):
+        return None
+    eq = equation.replace(" ", "")
+    if "..." in eq or "->" not in eq:
+        return None
+    ins, out = eq.split("->")
+    ins = ins.split(",")
+    full = max(ins, key=len)
+    if len(ins) != len(operands) or any(len(s) != t.dim() or len(set(s)) != len(s) for s, t in zip(ins, operands)) \
+            or any(not set(s) <= set(full) for s in ins) or not set(out) <= set(full) or len(set(out)) != len(out):
+        return None
+    prod = None
+    for s, t in zip(ins, operands):  # each operand permuted to the largest's order, size 1 where it lacks one
+        order = sorted(range(len(s)), key=lambda k: full.index(s[k]))
+        t = t.permute(order)
+        kept = [s[k] for k in order]
+        t = t.reshape([t.shape[kept.index(c)] if c in s else 1 for c in full])
+        prod = t if prod is None else prod * t
+    dropped = [k for k, c in enumerate(full) if c not in out]
+    r = prod.sum(dropped) if dropped else prod
+    rest = [c for c in full if c in out]
+    order = [rest.index(c) for c in out]
+    return r.permute(order) if order != sorted(order) else r
 
 
 def _arguments(func, args, kwargs):

@@ -156,6 +156,9 @@ _prim("div", 2, "elementwise", "({0} / {1})", torch.div, lambda g, o, a, b: (g /
 # an index (iota, a label) as a number of the compute dtype: an index's min or max (argmax's), a count
 _prim("float", 1, "elementwise", "__F({0})", lambda a: a.to(torch.get_default_dtype()), _nograd, kind="f",
       args="i")
+# a number as an index, toward zero as torch's .long() (binned targets: label.long(), label.long() + 1)
+_prim("trunc_int", 1, "elementwise", "__np.int64({0})", lambda a: a.to(torch.int64), _nograd, kind="i",
+      domain=(-3.0, 30.0))
 _prim("neg", 1, "elementwise", "(-{0})", torch.neg, lambda g, o, a: (-g,))
 _prim("abs", 1, "elementwise", "abs({0})", torch.abs, lambda g, o, a: (g * A("sign", a),))
 _prim("sign", 1, "elementwise", "(__one if {0} > 0 else (-__one if {0} < 0 else __zero))",

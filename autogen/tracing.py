@@ -1048,6 +1048,8 @@ def _to(low, n, x, *args, **kwargs):
         return V(A("where", xv.node, 1.0, 0.0), xv.shape, xv.axes)  # 0/1 in the compute dtype, exact
     if dtype == torch.bool:
         return xv if xv.node.kind == "b" else V(A("ne", xv.node, 0), xv.shape, xv.axes)
+    if dtype in (torch.int64, torch.int32) and xv.node.kind == "f":
+        return V(A("trunc_int", xv.node), xv.shape, xv.axes)
     if dtype.is_floating_point and xv.node.kind == "i":
         return V(A("float", xv.node), xv.shape, xv.axes)
     if dtype.is_floating_point or (dtype == torch.int64 and xv.node.kind == "i"):

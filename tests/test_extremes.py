@@ -95,3 +95,37 @@ def test_an_index_beside_floats_computes_in_the_float_dtype():
     g = torch.Generator().manual_seed(1)
     args = [torch.randn(6, 5, generator=g), torch.randint(0, 5, (6,), generator=g)]
     assert _against_eager(_module("IndexMath", forward), args, (0,), torch.float32) == "fused"
+
+
+EINSUMS = [("nc,nc->n", [(7, 5), (7, 5)]), ("nc,nc->", [(7, 5), (7, 5)]), ("ij,ij->i", [(4, 9), (4, 9)]),
+           ("nc,n->n", [(6, 3), (6,)]), ("bchw,bchw->bc", [(2, 3, 4, 4), (2, 3, 4, 4)]),
+           ("nc,c->n", [(6, 3), (3,)]), ("bij,bij->b", [(3, 4, 5), (3, 4, 5)]), ("nc,nc->cn", [(5, 4), (5, 4)])]
+
+
+@pytest.mark.parametrize("eq,shapes", EINSUMS, ids=[e for e, _ in EINSUMS])
+def test_product_einsums_lower_as_products(eq, shapes):
+    """An einsum whose product is the size of its largest operand runs as that product and a sum (not
+    torch's bmm): torch's values and gradients; a row dot product or a whole sum fuses."""
+    def forward(self, x, y):
+        return (torch.einsum(eq, x.sigmoid(), y) ** 2).sum() + x.mean()
+    g = torch.Generator().manual_seed(len(eq))
+    args = [torch.randn(s, dtype=torch.float64, generator=g) for s in shapes]
+    path = _against_eager(_module("Einsum", forward), args, (0, 1))
+    assert path in KERNELS if eq in ("nc,nc->n", "nc,nc->", "ij,ij->i", "nc,n->n", "bij,bij->b") else path != "eager"
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(st.integers(1, 9), st.integers(2, 17), st.sampled_from([torch.float32, torch.float64]))
+def test_float_targets_truncated_to_indices(rows, bins, dtype):
+    """A distribution focal loss: label.long() and label.long() + 1 as cross-entropy targets, weighted by
+    the distances to them (toward zero, as torch's conversion)."""
+    def forward(self, pred, label):
+        left = label.long()
+        right = left + 1
+        wl, wr = right.float() - label, label - left.float()
+        return (F.cross_entropy(pred, left, reduction="none") * wl
+                + F.cross_entropy(pred, right, reduction="none") * wr).mean()
+    g = torch.Generator().manual_seed(rows * 100 + bins)
+    args = [torch.randn(rows, bins, dtype=dtype, generator=g),
+            torch.rand(rows, dtype=dtype, generator=g) * (bins - 1.01)]
+    assert _against_eager(_module("DFL", forward), args, (0, 1), dtype) in KERNELS

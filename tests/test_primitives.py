@@ -51,7 +51,7 @@ def test_primitive_kernel_matches_torch(prim, dtype):
     torch.testing.assert_close(got.expand_as(want) if want.dim() else got.reshape(()), want, **tolerances(dtype))
 
 
-@pytest.mark.parametrize("prim", [p for p in OPS if p.kind != "b" and "f" in (p.args or "f")], ids=lambda p: p.name)
+@pytest.mark.parametrize("prim", [p for p in OPS if p.kind in ("f", "same") and "f" in (p.args or "f")], ids=lambda p: p.name)
 def test_derivative_rule_matches_autograd(prim):
     dtype = torch.float64
     leaves, values = zip(*[_arg(prim, j, dtype) for j in range(prim.arity)])
