@@ -394,8 +394,8 @@ class _Cut:
                     self.blame(back.get(result.node, o), o, result.op, need)
                     break
                 if result is None:
-                    for n in need:
-                        if _tensor(n) and n not in self.torch_nodes:
+                    for n in need:  # (not the other kernels' results it reads)
+                        if _tensor(n) and n not in self.torch_nodes and (n is o or n not in self.cuts):
                             self.to_torch(n, "too little work for a fused kernel of its own")
                     break
                 kernels[o] = (result, reads)

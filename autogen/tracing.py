@@ -1174,13 +1174,21 @@ _ALONG = {aten._softmax.default: 1, aten._log_softmax.default: 1, aten.logsumexp
 def _class_axis(gm, base, last):
     """The trace's column axis: 1 for a (N, C, d1..dK) base whose reductions along one dim (or over all but
     one) all take dim 1 (softmax(dim=1), per-class sums over dim=(0, 2, 3), a cross-entropy's movedim(1, -1)),
-    likewise any other one dim, every dim after the batch (a tuple: per-sample sums), else the last."""
+    likewise any other one dim, every dim after the batch (a tuple: per-sample sums), every dim after the first
+    few (per sample and class: a soft Dice's sums over (H, W)), else the last."""
     def ranked(shape):  # the rank of a value of the base's own shape, or of a view merging its inner dims
         return len(shape) if len(shape) == len(base) or len(shape) >= 3 and shape[:2] == tuple(base[:2]) else 0
 
     def per_sample(shape, dims):  # over every dim after the batch: of the base's shape, or of its (N, -1) view
         return len(base) >= 3 and (len(shape) == len(base) and dims == set(range(1, len(base)))
                                    or shape == (base[0], math.prod(base[1:])) and dims == {1})
+
+    def trailing(shape, dims):  # over dims s.. of the base (1 < s < its last), or the last of its (.., -1) view
+        for s in range(2, len(base) - 1):
+            if len(shape) == len(base) and dims == set(range(s, len(base))) or \
+                    shape == tuple(base[:s]) + (math.prod(base[s:]),) and dims == {s}:
+                return s
+        return None
 
     seen, not_sums = set(), set()
     for n in gm.graph.nodes:
@@ -1192,6 +1200,8 @@ def _class_axis(gm, base, last):
             nd = ranked(shape)
             if per_sample(shape, dims):
                 seen.add("sample")
+            elif trailing(shape, dims) is not None:
+                seen.add(("from", trailing(shape, dims)))
             elif nd:
                 rest = set(range(nd)) - dims
                 if len(dims) == 1 or len(rest) == 1:  # along one dim, or over all but one (per-class sums)
@@ -1203,6 +1213,8 @@ def _class_axis(gm, base, last):
             seen.add(1)  # the class dim moved last: a built-in cross-entropy's rows of C
     if seen == {"sample"}:
         return tuple(range(1, len(base)))
+    if len(seen) == 1 and type(j := next(iter(seen))) is tuple:  # per (sample, class) sums over (H, W)
+        return tuple(range(j[1], len(base)))
     if len(seen) == 1 and type(j := next(iter(seen))) is int and (0 < j or j in not_sums or len(base) > 2):
         return j  # along one middle dim, read in place: (outer, C, inner) rows as in the channel-first layout;
         # dim 0 of a matrix only for a max or softmax (its sums alone are sum_col's, in one row pass)

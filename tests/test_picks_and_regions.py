@@ -283,3 +283,44 @@ def test_a_sliced_input_beside_one_read_whole(rows, xcols, ycols, stacked):
     args = [torch.randn(rows, xcols, dtype=torch.float64, generator=g),
             torch.randn(rows, ycols, dtype=torch.float64, generator=g)]
     assert _against_eager(_module("SlicedBeside", forward), args, (0, 1)) == "fused"
+
+
+# -- sums over the trailing dims, per sample and class ---------------------------------------------
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(st.sampled_from([(2, 3, 4, 5), (1, 2, 3, 4), (3, 2, 2, 3, 2), (2, 5, 7, 1), (4, 3, 1, 6)]),
+       st.sampled_from(["dims", "view"]), st.booleans(), st.sampled_from([torch.float32, torch.float64]))
+def test_sums_over_the_trailing_dims(shape, how, softmax, dtype):
+    """A soft Dice per sample and class (sums over (H, W), or the last dim of x.view(B, C, -1)): rows of
+    (B, C), one fused kernel (a softmax over the classes before it: torch's, then the kernel)."""
+    dims = tuple(range(2, len(shape)))
+
+    def forward(self, x, t):
+        p = x.softmax(1) if softmax else x.sigmoid()
+        if how == "view":
+            inter, den = (p * t).view(p.shape[0], p.shape[1], -1).sum(-1), (p + t).flatten(2).sum(2)
+        else:
+            inter, den = (p * t).sum(dims), p.sum(dims) + t.sum(dims)
+        return (1 - (2 * inter + 1) / (den + 1)).mean()
+    g = torch.Generator().manual_seed(sum(shape) * 10 + len(how))
+    args = [torch.randn(shape, dtype=dtype, generator=g), torch.rand(shape, dtype=dtype, generator=g)]
+    path = _against_eager(_module("TrailingSums", forward), args, (0, 1), dtype)
+    assert path == ("split" if softmax else "fused")
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(st.integers(2, 40), st.integers(2, 9), st.integers(1, 40), st.sampled_from(["topk", "sort", "topk_sized"]))
+def test_a_torch_op_after_a_loss_vector_is_not_eager(rows, cols, k, how):
+    """Online hard example mining: a per-sample cross-entropy (an inlined loss, its own kernel), then
+    torch's topk or sort, then a mean: split, never the whole module eager."""
+    k = min(k, rows)
+
+    def forward(self, x, t):
+        loss = F.cross_entropy(x, t, reduction="none")
+        if how == "topk":
+            return loss.topk(k).values.mean()
+        if how == "sort":
+            return loss.sort(descending=True).values[:k].mean()
+        return loss.topk(max(1, loss.numel() // 4)).values.mean()
+    g = torch.Generator().manual_seed(rows * 100 + cols * 10 + k)
+    args = [torch.randn(rows, cols, dtype=torch.float64, generator=g), torch.randint(0, cols, (rows,), generator=g)]
+    assert _against_eager(_module("Ohem", forward), args, (0,)) == "split"
