@@ -1283,6 +1283,8 @@ def _pick_along(x, dim, keepdim, largest):
         return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
     d = dim % x.dim()
     C = x.shape[d]
+    if C > 2 ** 24:  # the index is reduced as a float32 number: exact up to 2**24 only; torch's own op
+        return NotImplemented
     if C == 1:  # one element: itself, at index 0
         values = x if keepdim else x.squeeze(d)
         return values.clone(), torch.where(values == values, 0, 0)  # zeros of values' shape, as values' view
@@ -1309,16 +1311,19 @@ def _min_dim(x, dim, keepdim=False):
     return _pick_along(x, dim, keepdim, False)
 
 
+def _arg_along(x, dim, keepdim, largest):
+    if dim is None:  # over everything: a count that grows with the batch, past float32's exact integers
+        return NotImplemented
+    r = _pick_along(x, dim, keepdim, largest)
+    return r if r is NotImplemented else r[1]
+
+
 def _argmax(x, dim=None, keepdim=False):
-    if dim is None:
-        return _pick_along(x.reshape(-1), 0, False, True)[1].view([1] * x.dim() if keepdim else [])
-    return _pick_along(x, dim, keepdim, True)[1]
+    return _arg_along(x, dim, keepdim, True)
 
 
 def _argmin(x, dim=None, keepdim=False):
-    if dim is None:
-        return _pick_along(x.reshape(-1), 0, False, False)[1].view([1] * x.dim() if keepdim else [])
-    return _pick_along(x, dim, keepdim, False)[1]
+    return _arg_along(x, dim, keepdim, False)
 
 
 _FIXES = {"item": "keep the value a tensor (do not call .item(), float(), int(), .tolist() or .numpy() on it)",

@@ -129,3 +129,14 @@ def test_float_targets_truncated_to_indices(rows, bins, dtype):
     args = [torch.randn(rows, bins, dtype=dtype, generator=g),
             torch.rand(rows, dtype=dtype, generator=g) * (bins - 1.01)]
     assert _against_eager(_module("DFL", forward), args, (0, 1), dtype) in KERNELS
+
+
+def test_an_index_past_float32s_exact_integers_is_torchs():
+    """A row longer than 2**24: the index would be reduced as an inexact float32 number; torch's op runs."""
+    def forward(self, x):
+        v, i = x.max(-1)
+        return (v * i).sum() + x.argmax(-1).sum() + x.sum()
+    x = torch.zeros(1, 2 ** 24 + 3)
+    x[0, 2 ** 24 + 1] = 1.0
+    path = _against_eager(_module("LongRow", forward), [x], (0,), torch.float32)
+    assert path != "eager"
