@@ -1044,6 +1044,8 @@ def _detach(low, n, x):
 def _to(low, n, x, *args, **kwargs):
     xv = low.arg(x)
     dtype = n.meta["val"].dtype
+    if dtype in (torch.int64, torch.int32) and xv.node.kind == "b":  # a mask as an index ((t > 0).long())
+        return V(A("where", xv.node, const(1, "i"), const(0, "i")), xv.shape, xv.axes)
     if dtype != torch.bool and xv.node.kind == "b":  # a mask as numbers; as an integer (F.one_hot's int64)
         return V(A("where", xv.node, 1.0, 0.0), xv.shape, xv.axes)  # 0/1 in the compute dtype, exact
     if dtype == torch.bool:

@@ -140,3 +140,22 @@ def test_an_index_past_float32s_exact_integers_is_torchs():
     x[0, 2 ** 24 + 1] = 1.0
     path = _against_eager(_module("LongRow", forward), [x], (0,), torch.float32)
     assert path != "eager"
+
+
+MASK_TARGETS = {
+    "ce_binary": lambda x, t: F.cross_entropy(x, (t > 2).long()),
+    "nll_parity": lambda x, t: F.nll_loss(x.log_softmax(-1), (t % 2 == 0).long() + 1),
+    "weighted": lambda x, t: (x.logsumexp(-1) * (t > 1).long()).mean() + (x * (t[:, None] > 0).int()).sum(),
+}
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(st.sampled_from(sorted(MASK_TARGETS)), st.integers(2, 9), st.integers(3, 9),
+       st.sampled_from([torch.float32, torch.float64]))
+def test_a_mask_made_an_index(name, rows, cols, dtype):
+    """(t > 2).long() as a cross-entropy target, or as 0/1 numbers: an integer in the kernel, fused."""
+    def forward(self, x, t):
+        return MASK_TARGETS[name](x, t)
+    g = torch.Generator().manual_seed(rows * 10 + cols)
+    args = [torch.randn(rows, cols, dtype=dtype, generator=g), torch.randint(0, cols, (rows,), generator=g)]
+    assert _against_eager(_module("MaskIndex", forward), args, (0,), dtype) == "fused"
