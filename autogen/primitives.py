@@ -185,6 +185,10 @@ _prim("sigmoid", 1, "elementwise", "__m.sigmoid({0})", torch.sigmoid, lambda g, 
 _prim("erf", 1, "elementwise", "__m.erf({0})", torch.erf,
       lambda g, o, a: (g * 1.1283791670955126 * A("exp", -(a * a)),), kind="f", cost=20)  # 2/sqrt(pi) e^(-a^2)
 # -- more pointwise math from autogen.specfun; derivatives as torch's (tools/autograd/derivatives.yaml)
+# sin, cos: libm's (a scalar call per element; the losses that use them, an angular margin's cos(theta + m),
+# are few)
+_prim("sin", 1, "elementwise", "__np.sin({0})", torch.sin, lambda g, o, a: (g * A("cos", a),), kind="f", cost=20)
+_prim("cos", 1, "elementwise", "__np.cos({0})", torch.cos, lambda g, o, a: (-g * A("sin", a),), kind="f", cost=20)
 _prim("cosh", 1, "elementwise", "__s.cosh({0})", torch.cosh, lambda g, o, a: (g * A("sinh", a),), kind="f", cost=20)
 _prim("sinh", 1, "elementwise", "__s.sinh({0})", torch.sinh, lambda g, o, a: (g * A("cosh", a),), kind="f", cost=20)
 _prim("tan", 1, "elementwise", "__s.tan({0})", torch.tan, lambda g, o, a: (g * (1.0 + o * o),), kind="f", cost=60,

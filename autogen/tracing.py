@@ -552,7 +552,7 @@ for _op, _name in [(aten.neg, "neg"), (aten.abs, "abs"), (aten.sign, "sign"), (a
 
 # the rest of the pointwise part of core ATen that losses use, one primitive each (those torch's
 # decomposition table would rewrite into unstable forms are kept out of it: see _decompositions)
-for _op, _name in [(aten.cosh, "cosh"), (aten.sinh, "sinh"), (aten.tan, "tan"), (aten.asin, "asin"),
+for _op, _name in [(aten.sin, "sin"), (aten.cos, "cos"), (aten.cosh, "cosh"), (aten.sinh, "sinh"), (aten.tan, "tan"), (aten.asin, "asin"),
                    (aten.acos, "acos"), (aten.atan, "atan"), (aten.asinh, "asinh"), (aten.acosh, "acosh"),
                    (aten.atanh, "atanh"), (aten.erfc, "erfc"), (aten.erfinv, "erfinv"), (aten.exp2, "exp2"),
                    (aten.log2, "log2"), (aten.log10, "log10"), (aten.lgamma, "lgamma"), (aten.digamma, "digamma"),
