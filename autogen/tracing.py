@@ -1197,8 +1197,9 @@ def _class_axis(gm, base, last):
         pos = _ALONG.get(n.target)
         if pos is not None and len(n.args) > pos:
             shape = _shape(n.args[0])
-            dims = {d % len(shape) for d in ([n.args[pos]] if isinstance(n.args[pos], int) else n.args[pos])} \
-                if shape else set()
+            along = n.args[pos]
+            along = range(len(shape)) if along is None else [along] if isinstance(along, int) else along  # None: all
+            dims = {d % len(shape) for d in along} if shape else set()
             nd = ranked(shape)
             if per_sample(shape, dims):
                 seen.add("sample")

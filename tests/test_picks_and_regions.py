@@ -324,3 +324,27 @@ def test_a_torch_op_after_a_loss_vector_is_not_eager(rows, cols, k, how):
     g = torch.Generator().manual_seed(rows * 100 + cols * 10 + k)
     args = [torch.randn(rows, cols, dtype=torch.float64, generator=g), torch.randint(0, cols, (rows,), generator=g)]
     assert _against_eager(_module("Ohem", forward), args, (0,)) == "split"
+
+
+NONE_DIMS = {
+    "nanmean": lambda x, t: torch.nanmean((x - t).abs()),
+    "nansum": lambda x, t: torch.nansum(torch.where(t > 0, (x - t) ** 2, float("nan"))) / (t > 0).sum(),
+    "count_nonzero": lambda x, t: ((x ** 2) * (t > 0)).sum() / torch.count_nonzero(t > 0).clamp(min=1),
+    "sum_none": lambda x, t: torch.sum(x * t, dim=None) + x.mean(dim=None),
+}
+
+
+@settings(max_examples=24, deadline=None, derandomize=True)
+@given(st.sampled_from(sorted(NONE_DIMS)), st.integers(1, 9), st.integers(1, 9), st.booleans(),
+       st.sampled_from([torch.float32, torch.float64]))
+def test_whole_tensor_reductions_written_with_dim_none(name, rows, cols, nans, dtype):
+    """nanmean, nansum, count_nonzero, sum(dim=None): ATen's reductions with dims None (they ran the
+    whole module eagerly: the class-axis scan took None for a list of dims)."""
+    def forward(self, x, t):
+        return NONE_DIMS[name](x, t)
+    g = torch.Generator().manual_seed(rows * 10 + cols + len(name))
+    t = torch.randn(rows, cols, dtype=dtype, generator=g)
+    if nans and name == "nanmean":
+        t[0, 0] = float("nan")
+    args = [torch.randn(rows, cols, dtype=dtype, generator=g), t]
+    assert _against_eager(_module("NoneDims", forward), args, (0,), dtype) == "fused"
