@@ -1408,6 +1408,17 @@ def _graph(module, forward, tensors, cls):
     return gm, calls
 
 
+def _no_value_shapes(gm):
+    """Unsupported, naming the op and line, where a traced value's shape depends on the input's values
+    (masked_select, nonzero, x[mask]): neither a kernel nor the partition can size it before it runs."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+    for n in gm.graph.nodes:
+        val = n.meta.get("val")
+        if n.op == "call_function" and isinstance(val, torch.Tensor) and free_unbacked_symbols(val):
+            raise Unsupported(f"{opname(n.target)} (a result whose shape depends on the input's values)",
+                              source_line(n), node=n)
+
+
 def _trace(module, forward, tensors, cls):
     gm, calls = _graph(module, forward, tensors, cls)
     for chunked_trace in CHUNKED:  # F.linear then row-wise work: the logits in row chunks
@@ -1418,6 +1429,7 @@ def _trace(module, forward, tensors, cls):
             gm, calls = _graph(module, forward, tensors, cls)
         if chunked is not None:
             return chunked
+    _no_value_shapes(gm)
     try:
         traced = _lower(gm, tensors, cls, calls)
     except Unsupported as exc:

@@ -159,3 +159,21 @@ def test_a_mask_made_an_index(name, rows, cols, dtype):
     g = torch.Generator().manual_seed(rows * 10 + cols)
     args = [torch.randn(rows, cols, dtype=dtype, generator=g), torch.randint(0, cols, (rows,), generator=g)]
     assert _against_eager(_module("MaskIndex", forward), args, (0,), dtype) == "fused"
+
+
+@pytest.mark.parametrize("how", ["masked_select", "bool_index", "nonzero"])
+def test_a_shape_that_depends_on_the_values_runs_eagerly_with_one_clear_warning(how):
+    """x[mask]: no kernel can be sized before it runs. One warning names the op and why; torch's numbers."""
+    def forward(self, x, m):
+        if how == "masked_select":
+            return x.masked_select(m > 0.5).pow(2).mean()
+        if how == "bool_index":
+            return x[m > 0.5].abs().sum()
+        return x.sum() * (m > 0.5).nonzero().shape[0]
+    x, m = torch.randn(6, 5, dtype=torch.float64), torch.rand(6, 5, dtype=torch.float64)
+    ref = _module("ValueShape", forward)()(x, m)
+    with pytest.warns(RuntimeWarning) as caught, autogen.policy("aggressive"):
+        out = _module("ValueShape", forward)(use_autogen=True)(x, m)
+    ours = [str(w.message) for w in caught if str(w.message).startswith("autogen")]
+    torch.testing.assert_close(out, ref)
+    assert len(ours) == 1 and "depends on the input's values" in ours[0] and "eagerly" in ours[0], ours
