@@ -235,6 +235,13 @@ class _Lowering:
         except Unsupported as exc:
             raise Unsupported(exc.op, source_line(n), node=n) from None
 
+    def index_input(self, node):
+        """A per-row integer kernel input computed in torch from `node` before the kernel (a gather's or
+        scatter's index, checked against the row length there)."""
+        idx = inp(f"__idx{len(self.index_inputs)}", ROW, "i")
+        self.index_inputs.append((idx, node))
+        return idx
+
     def _anchor(self, lvl):
         """A node at level `lvl` to broadcast against (expand's second argument)."""
         for node, _, _ in self.inputs:
@@ -824,8 +831,7 @@ def _gather(low, n, x, dim, index, *, sparse_grad=False):
     if xv.axes[dim % len(xv.shape)] != low.k or iv.shape[dim % len(iv.shape)] != 1:
         raise Unsupported("a gather other than one element per row along the last dimension", "")
     # the index is computed in torch before the kernel (checked against the row length there)
-    idx = inp(f"__idx{len(low.index_inputs)}", ROW, "i")
-    low.index_inputs.append((idx, iv.node))
+    idx = low.index_input(iv.node)
     node = _push_gather(xv.node, idx, {})
     shape = tuple(n.meta["val"].shape)
     return V(node, shape, tuple(None if d == dim % len(shape) else a for d, a in enumerate(xv.axes)))
@@ -841,8 +847,7 @@ def _scatter(low, n, x, dim, index, src, *, reduce=None):
             tuple(iv.shape) != tuple(1 if d == dim % len(xv.shape) else s for d, s in enumerate(xv.shape)) or \
             (isinstance(src, torch.fx.Node) and tuple(sv.shape) != tuple(iv.shape)):
         raise Unsupported("a scatter other than one element per row along the last dimension", "")
-    idx = inp(f"__idx{len(low.index_inputs)}", ROW, "i")
-    low.index_inputs.append((idx, iv.node))
+    idx = low.index_input(iv.node)
     return V(A("where", A("eq", iota(), idx), sv.node, xv.node), xv.shape, xv.axes)
 
 
@@ -1098,8 +1103,7 @@ def _inline_loss(low, n, tensors, checked, key, shape, dtype):
             memo[node.digest] = node
         elif node.op == "gather":
             x, index = (memo[a.digest] for a in node.args)
-            idx = inp(f"__idx{len(low.index_inputs)}", ROW, "i")
-            low.index_inputs.append((idx, index))
+            idx = low.index_input(index)
             memo[node.digest] = A("gather", x, idx) if x.op == "input" and x.level & COL else _push_gather(x, idx, {})
         elif node.op in ("sum_all", "max_all") and memo[node.args[0].digest].level == SCALAR:
             memo[node.digest] = memo[node.args[0].digest]  # a reduction of one value (a loss of scalars)
