@@ -83,6 +83,68 @@ def _bases(axes):
     return out
 
 
+def _in_row(node):
+    """Whether `node`'s values provably lie in [0, C) of the kernel's rows: the column index, zero, what
+    selects or orders them, and the first index of a row's extreme (an argmax: the min over the row of
+    where(x == max(x) | x != x, iota, C), whose condition holds somewhere in every row, so C is never picked)."""
+    op, args = node.op, node.args
+    if op == "iota":
+        return True
+    if op == "const":
+        return node.attr == 0
+    if op in ("float", "trunc_int", "detach"):
+        return _in_row(args[0])
+    if op == "where":
+        return _in_row(args[1]) and _in_row(args[2])
+    if op in ("maximum", "minimum"):
+        return _in_row(args[0]) and _in_row(args[1])
+    if op == "neg" and args[0].op == "max_row" and args[0].args[0].op == "neg":  # a min over the row
+        w = args[0].args[0].args[0]
+        return w.op == "where" and _in_row(w.args[1]) and (_in_row(w.args[2]) or _hit_in_every_row(w.args[0]))
+    return False
+
+
+def _arg_picks(node):
+    """{digest: (IR input x, largest)} for the argmax/argmin of an input along its rows in `node` (the first
+    index of its extreme: _pick_along's IR): eval_index computes each with torch's own argmax, one pass
+    where the kernel would take several."""
+    out = {}
+    for n in toposort([node]):
+        if n.op == "neg" and n.args[0].op == "max_row" and n.args[0].args[0].op == "neg":
+            w = n.args[0].args[0].args[0]
+            if w.op == "where" and _in_row(w.args[1]) and _hit_in_every_row(w.args[0]):
+                a, b = w.args[0].args
+                eq = a if a.op == "eq" else b
+                x = eq.args[0] if _row_max(eq.args[0]) is None else eq.args[1]
+                m = eq.args[1] if x is eq.args[0] else eq.args[0]
+                if x.op == "input" and x.level == ELEM:
+                    out[n.digest] = (x, m.op == "max_row")
+    return out
+
+
+def _row_max(node):
+    """x where `node` is max_row(x) or min_row(x) (as neg(max_row(neg(x)))), else None."""
+    if node.op == "max_row":
+        return node.args[0]
+    if node.op == "neg" and node.args[0].op == "max_row" and node.args[0].args[0].op == "neg":
+        return node.args[0].args[0].args[0]
+    return None
+
+
+def _hit_in_every_row(cond):
+    """Whether `cond` holds for some element of every row: x == max(x) | x != x (or min), NaN included."""
+    if cond.op != "logical_or":
+        return False
+    a, b = cond.args
+    if a.op == "ne":
+        a, b = b, a
+    if a.op != "eq" or b.op != "ne" or b.args[0].digest != b.args[1].digest:
+        return False
+    x = b.args[0]
+    return any(r is not None and r.digest == x.digest and y.digest == x.digest
+               for y, r in ((a.args[0], _row_max(a.args[1])), (a.args[1], _row_max(a.args[0]))))
+
+
 # -- the lowering: ATen graph -> primitive IR ---------------------------------------------------
 class _Lowering:
     def __init__(self, gm, example, name):
@@ -235,9 +297,22 @@ class _Lowering:
         except Unsupported as exc:
             raise Unsupported(exc.op, source_line(n), node=n) from None
 
+    def arg_picks(self, node):
+        """_arg_picks where the rows' elements are adjacent (eval_index reads rows of C); over channels the
+        kernel computes the argmax itself."""
+        return _arg_picks(node) if list(self.K) == [len(self.base) - 1] else {}
+
     def index_input(self, node):
-        """A per-row integer kernel input computed in torch from `node` before the kernel (a gather's or
-        scatter's index, checked against the row length there)."""
+        """A gather's or scatter's per-row integer index: `node` itself where it provably lies in [0, C) (an
+        argmax's, _in_row), else a kernel input computed in torch from `node` before the kernel and checked
+        against the row length there."""
+        picks = self.arg_picks(node)
+        if not node.level & COL and _in_row(node) and not picks:
+            return node if node.kind == "i" else A("trunc_int", node)
+        if any(n.op == "iota" or n.level == ELEM and self.C != 1 for n in _index_order(node, picks)
+               if n.digest not in picks):
+            # eval_index computes one value per row
+            raise Unsupported("an index computed along the rows of another tensor", "")
         idx = inp(f"__idx{len(self.index_inputs)}", ROW, "i")
         self.index_inputs.append((idx, node))
         return idx
@@ -1110,7 +1185,9 @@ def _inline_loss(low, n, tensors, checked, key, shape, dtype):
         else:
             memo[node.digest] = A(node.op, *[memo[a.digest] for a in node.args])
     for (kind, extra), t in zip(entry.checks, checked):
-        low.checks.append((kind, low.arg(t).node, extra))
+        node = low.arg(t).node
+        if not (kind == "targets" and not node.level & COL and _in_row(node)):  # an argmax: in range
+            low.checks.append((kind, node, extra))
     out = memo[graph.loss.digest]
     shape = tuple(n.meta["val"].shape)
     if graph.level == SCALAR:
@@ -1132,6 +1209,9 @@ def _inline_input(low, graph, leaf, v):
         node = A("where", node, 1.0, 0.0)
     elif leaf.kind == "f" and node.kind == "i":
         node = node * 1.0
+    elif leaf.kind == "i" and node.kind == "f" and not node.level & COL and _in_row(node):
+        # an argmax (reduced as floats): an integer in [0, C); of an input, torch's argmax before the kernel
+        node = low.index_input(node) if low.arg_picks(node) else A("trunc_int", node)
     elif leaf.kind != node.kind:
         raise Unsupported(f"{graph.name}'s {leaf.attr} of kind {node.kind}", "")
     if graph.mode == "row" and leaf.level == ROW and v.axes == (low.k,) and tuple(v.shape) == low.base[:-1] and (
@@ -1378,6 +1458,7 @@ class _Traced:
     consts: tuple = ()   # tensor constants: inputs len(tensors) + j
     checks: list = ()    # (kind, IR node, extra): value checks of inlined losses (inline.CHECKS)
     all_inputs: list = ()  # every input of the lowering (the checks may read one the loss does not)
+    index_exprs: dict = field(default_factory=dict)  # every index input's name -> its IR expression
     engine: object = field(default=None, compare=False, repr=False)  # executor.rerun's: the engine last run
     policy: str = field(default=None, compare=False, repr=False)      # and the policy it was chosen under
 
@@ -1546,22 +1627,50 @@ def _lower(gm, tensors, cls, calls):
     inputs = [(node, i, how) for node, i, how in low.inputs if node.digest in used]
     index_inputs = [(node, expr) for node, expr in low.index_inputs if node.digest in used]
     mode = ("cf" if cf else "row") if uses_rows else "flat"  # flat: only per-element and scalar values
+    if mode != "row" and any(_arg_picks(expr) for _, expr in index_inputs):
+        raise Unsupported("an argmax index over channels", "")  # eval_index reads rows of C adjacent elements
     cdt = compute_dtype(functools.reduce(torch.promote_types, [t.dtype for t in tensors if t.is_floating_point()]))
     graph = LossGraph(cls.__name__, mode, tuple(n for n, _, _ in inputs) + tuple(n for n, _ in index_inputs),
                       loss, level)
     meta = low.output.meta["val"]
     return _Traced(graph, inputs, index_inputs, {node.attr: i for node, i, _ in low.inputs}, dict(low.params),
                    (R * C, C, R) if mode != "flat" else (numel, 0, 0), tuple(shape_hint(s) for s in meta.shape), meta.dtype,
-                   cdt, base, tuple(low.consts), list(low.checks), list(low.inputs))
+                   cdt, base, tuple(low.consts), list(low.checks), list(low.inputs),
+                   {node.attr: expr for node, expr in low.index_inputs})
 
 
-def eval_index(node, tensors, traced):
-    """The gather index, computed in torch from the inputs it depends on (a few ops on R values)."""
+def eval_index(node, tensors, traced, done=None):
+    """The gather index, computed in torch from the inputs it depends on (a few ops on R values); `done`:
+    the index inputs computed so far, by name."""
     def leaf(n):
+        if n.op == "input" and n.attr in traced.index_exprs:  # another index (a target that is an argmax)
+            if done is not None and n.attr in done:
+                return done[n.attr]
+            return eval_index(traced.index_exprs[n.attr], tensors, traced)
         if n.op == "input":
             return tensors[traced.sources[n.attr]].detach().reshape(-1)
         return inline.scalar_tensor(n.attr if n.op == "const" else traced.params[n.attr])
-    return evaluate(order_of(node), leaf)[node.digest].reshape(-1).long()
+    values = {}
+    picks = _arg_picks(node)
+    for digest, (x, largest) in picks.items():  # rows of C adjacent elements (row mode, _lower)
+        how = next(how for t, _, how in traced.all_inputs if t.digest == x.digest)
+        rows = expanded(tensors[traced.sources[x.attr]].detach(), how, traced.base).reshape(-1, traced.dims[1])
+        values[digest] = (rows.argmax(-1) if largest else rows.argmin(-1)).to(torch.get_default_dtype())
+    return evaluate(_index_order(node, picks), leaf, values)[node.digest].reshape(-1).long()
+
+
+def _index_order(node, picks):
+    """An index expression's nodes, each after its arguments, not those under a pick (an argmax torch computes)."""
+    order, seen = [], set()
+
+    def walk(n):
+        if n.digest not in seen:
+            seen.add(n.digest)
+            for a in () if n.digest in picks else n.args:
+                walk(a)
+            order.append(n)
+    walk(node)
+    return order
 
 
 def _then(how, *steps):
@@ -1647,6 +1756,7 @@ def run_trace(traced, tensors):
     fast = traced.__dict__.get("fast_index")
     if fast is None:
         fast = traced.fast_index = [_fast_index(expr, traced) for _, expr in traced.index_inputs]
+    done = {}
     for (node, expr), quick in zip(traced.index_inputs, fast):
         x = tensors[quick[0]] if quick is not None else None
         if x is not None and x.dtype is torch.int64 and x.is_contiguous():  # where(x != v, x, fill), checked
@@ -1659,8 +1769,9 @@ def run_trace(traced, tensors):
                 idx = tensors[traced.sources[expr.attr]].detach().reshape(-1)
                 idx = idx if idx.dtype is torch.int64 else idx.long()
             else:
-                idx = eval_index(expr, tensors, traced)
+                idx = eval_index(expr, tensors, traced, done)
             idx = idx if idx.is_contiguous() else idx.contiguous()
+            done[node.attr] = idx
             bad = first_bad_target(idx.numpy(), C, None) if idx.numel() else -1
         if bad >= 0:
             raise RuntimeError(f"index {int(idx[bad])} is out of bounds for dimension 1 with size {C}")
@@ -1686,7 +1797,8 @@ def _fast_index(expr, traced):
         return n if n.op == "input" else None
     x, v = expr.args[0].args
     sx, sa = source(x), source(expr.args[1])
-    if sx is None or sa is None or sx.digest != sa.digest or v.op not in ("param", "const"):
+    if sx is None or sa is None or sx.digest != sa.digest or v.op not in ("param", "const") or \
+            sx.attr not in traced.sources:
         return None
     value, fill = traced.params.get(v.attr) if v.op == "param" else v.attr, expr.args[2].attr
     if not all(isinstance(z, (int, float)) and float(z).is_integer() for z in (value, fill)):

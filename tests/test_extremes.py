@@ -77,6 +77,38 @@ def test_scatter_one_element_per_row(name, rows, cols, dtype):
     assert path in KERNELS if cols > 1 and not (name == "src" and rows == cols) else path != "eager"
 
 
+ARG_INDEX = {
+    "ce_argmax": lambda x, y: F.cross_entropy(x, y.argmax(1)),
+    "nll_argmin": lambda x, y: F.nll_loss(x.log_softmax(-1), y.argmin(-1), reduction="sum"),
+    "gather_max": lambda x, y: (x.gather(1, y.max(1).indices[:, None]).squeeze(1) - y.mean(1)).pow(2).mean(),
+    "scatter_argmax": lambda x, y: (x.scatter(1, y.argmax(1, keepdim=True), 0.0).sigmoid() * y).sum(),
+    "one_hot_argmax": lambda x, y: -(F.one_hot(y.argmax(1), x.shape[1]) * x.log_softmax(1)).sum(1).mean(),
+}
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.sampled_from(sorted(ARG_INDEX)), st.integers(1, 9), st.integers(2, 9),
+       st.sampled_from(["none", "ties", "nan"]), st.booleans(), st.sampled_from([torch.float32, torch.float64]))
+def test_an_argmax_as_an_index_reads_in_the_kernel(name, rows, cols, special, four_d, dtype):
+    """A soft target made hard (cross_entropy(x, y.argmax(1))), a gather or scatter at another tensor's
+    argmax: the index lies in [0, C) by construction, so no range check and no torch op but the argmax
+    itself (over channels, the kernel computes it); ties give the first index, a NaN row its NaN's."""
+    def forward(self, x, y):
+        return ARG_INDEX[name](x, y)
+    four_d = four_d and name in ("ce_argmax", "gather_max", "scatter_argmax")
+    shape = (2, cols, 3, rows) if four_d else (rows, cols)
+    g = torch.Generator().manual_seed(rows * 10 + cols + len(special))
+    y = torch.randn(shape[0], *shape[2:], cols, dtype=dtype, generator=g)  # channels last: rows of cols
+    if special == "ties":
+        y = y.round()
+    elif special == "nan":
+        y.view(-1, cols)[::2, int(torch.randint(0, cols, (1,), generator=g))] = float("nan")
+    y = y.movedim(-1, 1).contiguous()
+    args = [torch.randn(shape, dtype=dtype, generator=g), y]
+    path = _against_eager(_module("ArgIndex", forward), args, (0,), dtype)
+    assert path in KERNELS if rows > 1 or four_d else path != "eager"  # one row: a (1,) index, torch's op
+
+
 def test_scatter_out_of_range_raises_torch_error():
     def forward(self, x, t):
         return torch.zeros_like(x).scatter(1, t[:, None], 1.0).mul(x).sum()
