@@ -98,10 +98,9 @@ def _in_row(node):
         return _in_row(args[1]) and _in_row(args[2])
     if op in ("maximum", "minimum"):
         return _in_row(args[0]) and _in_row(args[1])
-    if op == "neg" and args[0].op == "max_row" and args[0].args[0].op == "neg":  # a min over the row
-        w = args[0].args[0].args[0]
-        return w.op == "where" and _in_row(w.args[1]) and (_in_row(w.args[2]) or _hit_in_every_row(w.args[0]))
-    return False
+    w = _row_min(node)
+    return w is not None and w.op == "where" and _in_row(w.args[1]) and (
+        _in_row(w.args[2]) or _hit_in_every_row(w.args[0]))
 
 
 def _arg_picks(node):
@@ -110,25 +109,27 @@ def _arg_picks(node):
     where the kernel would take several."""
     out = {}
     for n in toposort([node]):
-        if n.op == "neg" and n.args[0].op == "max_row" and n.args[0].args[0].op == "neg":
-            w = n.args[0].args[0].args[0]
-            if w.op == "where" and _in_row(w.args[1]) and _hit_in_every_row(w.args[0]):
-                a, b = w.args[0].args
-                eq = a if a.op == "eq" else b
-                x = eq.args[0] if _row_max(eq.args[0]) is None else eq.args[1]
-                m = eq.args[1] if x is eq.args[0] else eq.args[0]
-                if x.op == "input" and x.level == ELEM:
-                    out[n.digest] = (x, m.op == "max_row")
+        w = _row_min(n)
+        if w is not None and w.op == "where" and _in_row(w.args[1]) and _hit_in_every_row(w.args[0]):
+            a, b = w.args[0].args
+            eq = a if a.op == "eq" else b
+            x = eq.args[0] if _row_max(eq.args[0]) is None else eq.args[1]
+            m = eq.args[1] if x is eq.args[0] else eq.args[0]
+            if x.op == "input" and x.level == ELEM:
+                out[n.digest] = (x, m.op == "max_row")
     return out
 
 
-def _row_max(node):
-    """x where `node` is max_row(x) or min_row(x) (as neg(max_row(neg(x)))), else None."""
-    if node.op == "max_row":
-        return node.args[0]
+def _row_min(node):
+    """x where `node` is a min over the row, neg(max_row(neg(x))), else None."""
     if node.op == "neg" and node.args[0].op == "max_row" and node.args[0].args[0].op == "neg":
         return node.args[0].args[0].args[0]
     return None
+
+
+def _row_max(node):
+    """x where `node` is max_row(x) or a min over the row of x, else None."""
+    return node.args[0] if node.op == "max_row" else _row_min(node)
 
 
 def _hit_in_every_row(cond):
@@ -1211,7 +1212,7 @@ def _inline_input(low, graph, leaf, v):
         node = node * 1.0
     elif leaf.kind == "i" and node.kind == "f" and not node.level & COL and _in_row(node):
         # an argmax (reduced as floats): an integer in [0, C); of an input, torch's argmax before the kernel
-        node = low.index_input(node) if low.arg_picks(node) else A("trunc_int", node)
+        node = low.index_input(node)
     elif leaf.kind != node.kind:
         raise Unsupported(f"{graph.name}'s {leaf.attr} of kind {node.kind}", "")
     if graph.mode == "row" and leaf.level == ROW and v.axes == (low.k,) and tuple(v.shape) == low.base[:-1] and (
@@ -1627,8 +1628,6 @@ def _lower(gm, tensors, cls, calls):
     inputs = [(node, i, how) for node, i, how in low.inputs if node.digest in used]
     index_inputs = [(node, expr) for node, expr in low.index_inputs if node.digest in used]
     mode = ("cf" if cf else "row") if uses_rows else "flat"  # flat: only per-element and scalar values
-    if mode != "row" and any(_arg_picks(expr) for _, expr in index_inputs):
-        raise Unsupported("an argmax index over channels", "")  # eval_index reads rows of C adjacent elements
     cdt = compute_dtype(functools.reduce(torch.promote_types, [t.dtype for t in tensors if t.is_floating_point()]))
     graph = LossGraph(cls.__name__, mode, tuple(n for n, _, _ in inputs) + tuple(n for n, _ in index_inputs),
                       loss, level)
@@ -1650,13 +1649,18 @@ def eval_index(node, tensors, traced, done=None):
         if n.op == "input":
             return tensors[traced.sources[n.attr]].detach().reshape(-1)
         return inline.scalar_tensor(n.attr if n.op == "const" else traced.params[n.attr])
+    plans = traced.__dict__.setdefault("index_plans", {})
+    plan = plans.get(node.digest)
+    if plan is None:  # once per trace: its argmaxes (each input's position and how it is read), the order
+        picks = _arg_picks(node)
+        plan = plans[node.digest] = (
+            [(digest, traced.sources[x.attr], next(how for t, _, how in traced.all_inputs if t.digest == x.digest),
+              largest) for digest, (x, largest) in picks.items()], _index_order(node, picks))
     values = {}
-    picks = _arg_picks(node)
-    for digest, (x, largest) in picks.items():  # rows of C adjacent elements (row mode, _lower)
-        how = next(how for t, _, how in traced.all_inputs if t.digest == x.digest)
-        rows = expanded(tensors[traced.sources[x.attr]].detach(), how, traced.base).reshape(-1, traced.dims[1])
+    for digest, i, how, largest in plan[0]:  # rows of C adjacent elements (_Lowering.arg_picks)
+        rows = expanded(tensors[i].detach(), how, traced.base).reshape(-1, traced.dims[1])
         values[digest] = (rows.argmax(-1) if largest else rows.argmin(-1)).to(torch.get_default_dtype())
-    return evaluate(_index_order(node, picks), leaf, values)[node.digest].reshape(-1).long()
+    return evaluate(plan[1], leaf, values)[node.digest].reshape(-1).long()
 
 
 def _index_order(node, picks):
