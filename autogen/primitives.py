@@ -156,6 +156,10 @@ _prim("div", 2, "elementwise", "({0} / {1})", torch.div, lambda g, o, a, b: (g /
 # an index (iota, a label) as a number of the compute dtype: an index's min or max (argmax's), a count
 _prim("float", 1, "elementwise", "__F({0})", lambda a: a.to(torch.get_default_dtype()), _nograd, kind="f",
       args="i")
+# a float64 value made float32 (x.float()) inside a float64 computation: rounded as torch's cast rounds it, and
+# its gradient as torch's (the float32 tensor's gradient is float32); no work where the kernel computes float32
+_prim("round32", 1, "elementwise", "__F(__np.float32({0}))", lambda a: a.to(torch.float32).to(a.dtype),
+      lambda g, o, a: (A("round32", g),))
 # a number as an index, toward zero as torch's .long() (binned targets: label.long(), label.long() + 1)
 _prim("trunc_int", 1, "elementwise", "__np.int64({0})", lambda a: a.to(torch.int64), _nograd, kind="i",
       domain=(-3.0, 30.0))

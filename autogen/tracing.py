@@ -1135,6 +1135,8 @@ def _to(low, n, x, *args, **kwargs):
         return V(A("trunc_int", xv.node), xv.shape, xv.axes)
     if dtype.is_floating_point and xv.node.kind == "i":
         return V(A("float", xv.node), xv.shape, xv.axes)
+    if dtype == torch.float32 and isinstance(x, torch.fx.Node) and x.meta["val"].dtype == torch.float64:
+        return V(A("round32", xv.node), xv.shape, xv.axes)
     if dtype.is_floating_point or (dtype == torch.int64 and xv.node.kind == "i"):
         return xv
     raise Unsupported(f"a conversion to {dtype}", "")
@@ -1605,6 +1607,26 @@ def _kept_by_torch(module, forward, tensors):
     return kept
 
 
+def _compute_dtype(gm, tensors):
+    """The dtype a kernel computes in: that of the trace's own float values (x.double() of float32 inputs
+    computes in float64, as torch), and of the float inputs it reads as they are. An input read only through
+    a float cast (centers[labels].float() of a float64 table) is converted before the kernel, as torch's cast."""
+    dts = []
+    placeholders = iter(tensors)
+    for n in gm.graph.nodes:
+        v = n.meta.get("val")
+        if n.op == "placeholder":
+            t = next(placeholders, None)
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and not all(
+                    u.target in (aten._to_copy.default, aten.to.dtype) and isinstance(u.meta.get("val"), torch.Tensor)
+                    and u.meta["val"].is_floating_point() for u in n.users):
+                dts.append(t.dtype)
+        elif n.op == "call_function" and isinstance(v, torch.Tensor) and v.is_floating_point():
+            dts.append(v.dtype)
+    dts = dts or [t.dtype for t in tensors if t.is_floating_point()] or [torch.float32]
+    return compute_dtype(functools.reduce(torch.promote_types, dts))
+
+
 def _lower(gm, tensors, cls, calls):
     low = _Lowering(gm, tensors, cls.__name__)
     low.inline = calls
@@ -1628,7 +1650,7 @@ def _lower(gm, tensors, cls, calls):
     inputs = [(node, i, how) for node, i, how in low.inputs if node.digest in used]
     index_inputs = [(node, expr) for node, expr in low.index_inputs if node.digest in used]
     mode = ("cf" if cf else "row") if uses_rows else "flat"  # flat: only per-element and scalar values
-    cdt = compute_dtype(functools.reduce(torch.promote_types, [t.dtype for t in tensors if t.is_floating_point()]))
+    cdt = _compute_dtype(gm, tensors)
     graph = LossGraph(cls.__name__, mode, tuple(n for n, _, _ in inputs) + tuple(n for n, _ in index_inputs),
                       loss, level)
     meta = low.output.meta["val"]

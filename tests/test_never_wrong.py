@@ -8,7 +8,9 @@ import torch.nn.functional as TF
 import autogen
 from autogen import functional as AF
 
-from cases import assert_matches
+from hypothesis import given, settings, strategies as st
+
+from cases import assert_matches, compare
 
 
 @pytest.mark.parametrize("policy", ["medium", "aggressive"])
@@ -199,3 +201,47 @@ def test_a_gather_that_the_first_loop_reads_is_not_deferred_past_it(cols, dtype)
     with autogen.policy("aggressive"):
         got = AF.multi_margin_loss(x, t, reduction="none", use_autogen=True)
     assert_matches(got, TF.multi_margin_loss(x, t, reduction="none"))
+
+
+_CAST = {"none": lambda t: t, "f32": lambda t: t.float(), "f64": lambda t: t.double(),
+         "to64": lambda t: t.to(torch.float64)}
+_BODY = {"square": lambda d: d * d, "exp": lambda d: (0.1 * d).exp() + d, "log1p": lambda d: d.abs().log1p() * d,
+         "softmax": lambda d: d.log_softmax(-1) * d}
+_REDUCE = {"sum": lambda v: v.sum(), "rows": lambda v: v.sum(1).mean(), "mean": lambda v: v.mean()}
+
+
+def _cast_module(cx, cy, body, reduce):
+    def forward(self, x, y):
+        return _REDUCE[reduce](_BODY[body](_CAST[cx](x) - _CAST[cy](y)))
+    return autogen.autogen_loss(type(f"Cast_{cx}_{cy}_{body}_{reduce}", (torch.nn.Module,), {"forward": forward}))
+
+
+@settings(max_examples=14, deadline=None)
+@given(st.sampled_from([torch.float32, torch.float64]), st.sampled_from([torch.float32, torch.float64]),
+       st.sampled_from(sorted(_CAST)), st.sampled_from(sorted(_CAST)), st.sampled_from(sorted(_BODY)),
+       st.sampled_from(sorted(_REDUCE)))
+def test_a_kernel_computes_in_the_dtype_of_the_values_torch_computes(dx, dy, cx, cy, body, reduce):
+    """A float cast inside a loss decides the dtype the kernel computes in, as it does torch's: float32 inputs
+    made float64 (x.double() - y.double()) are computed in float64 (they were computed in float32: a float64
+    result off by float32 rounding), and a float64 input read only through .float() is rounded to float32
+    before the kernel, as torch rounds it (the kernel computed in float64: twice the memory and two copies)."""
+    import warnings
+    g = torch.Generator().manual_seed(hash((dx, dy, cx, cy, body, reduce)) % 1000)
+    args = [torch.randn(37, 13, dtype=dx, generator=g), torch.randn(37, 13, dtype=dy, generator=g)]
+    cls = _cast_module(cx, cy, body, reduce)
+    ours, theirs = [[a.clone().requires_grad_() for a in args] for _ in range(2)]
+    with autogen.policy("medium"), autogen.record() as rec, warnings.catch_warnings():
+        warnings.simplefilter("error")  # a module that ran eagerly would pass by comparing torch with itself
+        out = cls(use_autogen=True)(*ours)
+        got = torch.autograd.grad(out, ours)
+    assert [(c.path, c.fused) for c in rec.calls] == [("autogen", True)] * 2, rec.calls
+    ref = cls(use_autogen=False)(*theirs)
+    want = torch.autograd.grad(ref, theirs)
+    # torch computes in the promotion of the cast inputs: where that is float32, so are its numbers (and a
+    # float64 gradient of a float64 input read as float32 is a float32 number): compared at float32's tolerance
+    computes = torch.promote_types(_CAST[cx](args[0]).dtype, _CAST[cy](args[1]).dtype)
+    assert out.dtype == ref.dtype
+    for a, b in [(out, ref)] + list(zip(got, want)):
+        assert a.dtype == b.dtype
+        tol = torch.promote_types(b.dtype, computes) if b.dtype == computes else torch.float32
+        assert_matches(a.to(tol), b.to(tol), what=f"{a.dtype} computed in {computes}")
