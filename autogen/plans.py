@@ -116,15 +116,19 @@ def _second_pass_cheaper(scale, graph, wrt):
 
 
 # rows of at most this many elements are walked across (layout 'rt'): along so short a row the loops do not
-# vectorize (docs/performance.md, "Rows of a few elements")
+# vectorize (docs/performance.md, "Rows of a few elements"). A kernel that writes no gradient (a loss per sample
+# without grad, a forward whose backward is a kernel of its own) is walked across up to RT_NOGRAD_C: its rows of
+# 13-32 elements ran their loops scalar (AVX2's 8 lanes unrolled 4 times take 32), while the strided stores
+# of a gradient cost more than that
 RT_MAX_C = 12
+RT_NOGRAD_C = 32
 
 
-def layout_of(graph, C):
-    """The kernels' layout for `graph` over rows of C elements."""
+def layout_of(graph, C, grads=True):
+    """The kernels' layout for `graph` over rows of C elements (`grads`: whether its plan writes gradients)."""
     if graph.mode == "cf":
         return "cf"
-    return "rt" if graph.mode == "row" and 0 < C <= RT_MAX_C else "row"
+    return "rt" if graph.mode == "row" and 0 < C <= (RT_MAX_C if grads else RT_NOGRAD_C) else "row"
 
 
 def fused_plan(graph, needs, dtype, store=None, layout=None):

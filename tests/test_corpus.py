@@ -5,6 +5,8 @@ import warnings
 import pytest
 import torch
 
+from hypothesis import given, settings, strategies as st
+
 import autogen
 from autogen import executor, plans
 from autogen.corpus import CORPUS, make
@@ -23,7 +25,8 @@ def test_corpus_loss_is_fused_and_matches_eager(entry, dtype, monkeypatch):
     want = torch.autograd.grad(ref * 1.5, [eager_in[i] for i in entry.diff])
     planned = []  # (graph mode, kernel layout) of each problem the fused engine plans
     layout_of = executor.layout_of
-    monkeypatch.setattr(executor, "layout_of", lambda g, c: planned.append((g.mode, layout_of(g, c))) or planned[-1][1])
+    monkeypatch.setattr(executor, "layout_of",
+                        lambda g, c, *a: planned.append((g.mode, layout_of(g, c, *a))) or planned[-1][1])
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # a fallback warning fails the test
         with autogen.policy("aggressive"), autogen.record() as rec:
@@ -38,6 +41,66 @@ def test_corpus_loss_is_fused_and_matches_eager(entry, dtype, monkeypatch):
     torch.testing.assert_close(out, ref, **tol)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, **tol)
+
+
+@pytest.mark.parametrize("entry", CORPUS, ids=lambda e: e.cls.__name__)
+def test_a_loss_without_gradients_walks_across_rows_up_to_rt_nograd_c(entry, monkeypatch):
+    """Rows of RT_MAX_C < C <= RT_NOGRAD_C are walked across (layout 'rt') where no gradient is written: each
+    corpus loss under no_grad at rows of RT_NOGRAD_C, against eager."""
+    args = make(entry.kind, torch.float32, 12, plans.RT_NOGRAD_C)
+    planned = []
+    layout_of = executor.layout_of
+    monkeypatch.setattr(executor, "layout_of",
+                        lambda g, c, *a: planned.append((g.mode, layout_of(g, c, *a))) or planned[-1][1])
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", RuntimeWarning)  # a fallback warning fails the test
+        ref = entry.cls()(*args)
+        with autogen.policy("aggressive"), autogen.record() as rec:
+            out = entry.cls(use_autogen=True)(*args)
+    assert [(c.op, c.path, c.fused, c.phase) for c in rec.calls] == [(entry.cls.__name__, "autogen", True, "forward")]
+    assert planned and all(layout == "rt" for mode, layout in planned if mode == "row")
+    torch.testing.assert_close(out, ref, **tolerances(torch.float32))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([3, plans.RT_MAX_C, plans.RT_MAX_C + 1, 17, plans.RT_NOGRAD_C,
+                                           plans.RT_NOGRAD_C + 1]), st.booleans(), st.sampled_from(["none", "sum"])),
+                min_size=2, max_size=6))
+def test_calls_with_and_without_gradients_at_any_row_length_match_eager(calls):
+    """One module called in a random order with and without gradients, at row lengths on both sides of each
+    layout's bound (the layout is part of the plan: a call must not run another's kernel), against eager."""
+    g = torch.Generator().manual_seed(len(calls))
+    modules = {"none": _PerSample(use_autogen=True), "sum": _PerSampleSum(use_autogen=True)}
+    for C, grad, reduction in calls:
+        x = torch.randn(9, C, generator=g) * 2
+        t = torch.randint(0, C, (9,), generator=g)
+        ours, theirs = x.clone().requires_grad_(grad), x.clone().requires_grad_(grad)
+        with autogen.policy("aggressive"), autogen.record() as rec:
+            out = modules[reduction](ours, t)
+        ref = type(modules[reduction])()(theirs, t)
+        torch.testing.assert_close(out, ref, **tolerances(torch.float32))
+        assert rec.calls and all(c.path == "autogen" and c.fused for c in rec.calls), rec.calls
+        if grad:
+            w = torch.rand_like(ref)
+            torch.testing.assert_close(torch.autograd.grad(out, ours, w)[0], torch.autograd.grad(ref, theirs, w)[0],
+                                       **tolerances(torch.float32))
+
+
+def _per_sample(x, t):
+    lp = x.log_softmax(-1)
+    return -lp.gather(1, t[:, None])[:, 0] + 0.1 * (lp.exp() * x).sum(-1)
+
+
+@autogen.autogen_loss
+class _PerSample(torch.nn.Module):
+    def forward(self, x, t):
+        return _per_sample(x, t)
+
+
+@autogen.autogen_loss
+class _PerSampleSum(torch.nn.Module):
+    def forward(self, x, t):
+        return _per_sample(x, t).sum()
 
 
 def test_corpus_has_at_least_25_losses():
