@@ -38,7 +38,7 @@ class FusedEngine:
         hit = prob.memo.get("fused")
         if hit is None or hit[0] != needs or hit[1] != store or hit[3].kernels is not _compiler.compiled_kernels:
             plan = fused_plan(prob.graph, needs, prob.dtype, store if store and any(store) else None,
-                              layout_of(prob.graph, prob.C, any(needs)))
+                              layout_of(prob.graph, prob.C), layout_of(prob.graph, prob.C, False))
             if plan.backward is not None:
                 load_kernel(plan.backward)  # a backward that cannot be scheduled fails here, where execute falls back
             launch = launch_of(plan.forward, prob.dtype)

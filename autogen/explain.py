@@ -107,7 +107,8 @@ def explain(name_or_module, *example_inputs, **options):
     needs = tuple(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs[:len(prob.graph.inputs)])
     needs = getattr(prob, "needs", None) or needs + (False,) * (len(prob.graph.inputs) - len(needs))  # its own: a
     # loss after a linear layer (chunked.ChunkedLoss), whose first input is the logits
-    plan = fused_plan(prob.graph, needs, prob.dtype, layout=layout_of(prob.graph, prob.C, any(needs)))
+    plan = fused_plan(prob.graph, needs, prob.dtype, layout=layout_of(prob.graph, prob.C),
+                      plain=layout_of(prob.graph, prob.C, False))
     specs = [plan.forward] + ([plan.backward] if plan.backward is not None else [])
     sources = {spec.label: render(spec) for spec in specs}
     passes = {spec.label: schedule.build(spec).describe(spec) for spec in specs}

@@ -131,9 +131,15 @@ def layout_of(graph, C, grads=True):
     return "rt" if graph.mode == "row" and 0 < C <= (RT_MAX_C if grads else RT_NOGRAD_C) else "row"
 
 
-def fused_plan(graph, needs, dtype, store=None, layout=None):
+def fused_plan(graph, needs, dtype, store=None, layout=None, plain=None):
+    """The kernels of `graph`'s forward and backward for these grad `needs`: those that write gradients in
+    `layout`, a forward that writes none (its backward a kernel of its own, or no gradient wanted) in `plain`
+    (layout_of's for grads=False; default `layout`)."""
     layout = layout or ("cf" if graph.mode == "cf" else "row")
-    key = (graph.name, graph.mode, graph.loss.digest, graph.level, graph.saves, needs, dtype, store, layout)
+    plain = plain or layout
+    if not any(needs):
+        layout = plain
+    key = (graph.name, graph.mode, graph.loss.digest, graph.level, graph.saves, needs, dtype, store, layout, plain)
     plan = _plans.get(key)
     if plan is not None:
         return plan
@@ -186,7 +192,7 @@ def fused_plan(graph, needs, dtype, store=None, layout=None):
                                         _store16(graph, store, wrt, 0, 1, same=True)), wrt, False, False,
                              derivative=True)
     if plan is None:
-        fwd = KernelSpec([(loss, graph.level)], sdt, f"{label} forward", _store16(graph, store, wrt, 0))
+        fwd = _KernelSpec([(loss, graph.level)], sdt, f"{label} forward", _store16(graph, store, wrt, 0), layout=plain)
         bwd = None
         if wrt:
             gout = leaf_input("__gout", graph.level)

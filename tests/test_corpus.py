@@ -13,6 +13,20 @@ from autogen.corpus import CORPUS, make
 from cases import tolerances
 
 
+def _planned_layouts(monkeypatch, grads):
+    """A list that gets (graph mode, layout) of each layout the fused engine asks for, for kernels that write
+    gradients (`grads`) or for those that write none."""
+    planned, layout_of = [], executor.layout_of
+
+    def spy(g, c, grads_=True):
+        layout = layout_of(g, c, grads_)
+        if grads_ == grads:
+            planned.append((g.mode, layout))
+        return layout
+    monkeypatch.setattr(executor, "layout_of", spy)
+    return planned
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize("entry", CORPUS, ids=lambda e: e.cls.__name__)
 def test_corpus_loss_is_fused_and_matches_eager(entry, dtype, monkeypatch):
@@ -23,10 +37,7 @@ def test_corpus_loss_is_fused_and_matches_eager(entry, dtype, monkeypatch):
     ours_in = [a.clone().requires_grad_(i in entry.diff) for i, a in enumerate(args)]
     ref = entry.cls()(*eager_in)
     want = torch.autograd.grad(ref * 1.5, [eager_in[i] for i in entry.diff])
-    planned = []  # (graph mode, kernel layout) of each problem the fused engine plans
-    layout_of = executor.layout_of
-    monkeypatch.setattr(executor, "layout_of",
-                        lambda g, c, *a: planned.append((g.mode, layout_of(g, c, *a))) or planned[-1][1])
+    planned = _planned_layouts(monkeypatch, grads=True)  # (graph mode, layout) of each problem planned
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # a fallback warning fails the test
         with autogen.policy("aggressive"), autogen.record() as rec:
@@ -48,10 +59,7 @@ def test_a_loss_without_gradients_walks_across_rows_up_to_rt_nograd_c(entry, mon
     """Rows of RT_MAX_C < C <= RT_NOGRAD_C are walked across (layout 'rt') where no gradient is written: each
     corpus loss under no_grad at rows of RT_NOGRAD_C, against eager."""
     args = make(entry.kind, torch.float32, 12, plans.RT_NOGRAD_C)
-    planned = []
-    layout_of = executor.layout_of
-    monkeypatch.setattr(executor, "layout_of",
-                        lambda g, c, *a: planned.append((g.mode, layout_of(g, c, *a))) or planned[-1][1])
+    planned = _planned_layouts(monkeypatch, grads=False)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("error", RuntimeWarning)  # a fallback warning fails the test
         ref = entry.cls()(*args)
