@@ -10,6 +10,7 @@ prange for inputs large enough to pay for threads: that variant compiles ~4x slo
 against 0.5 s), so only large inputs ever build it.
 """
 import hashlib
+import re
 import uuid
 
 import jinja2
@@ -493,10 +494,19 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False, rt=Fals
         row_begin += first
     for lp in out:
         sums = col_sums.get(lp.pop("key"), [])
+        zeroed = [_ZERO_STORE.fullmatch(s) for s in lp["body"]] if rt and not sums and not lp["init"] else [None]
+        if all(zeroed):  # rt: a loop that only zeroes outputs (a gradient around a gather's picks): the block's
+            # elements are contiguous, so one loop along them, not C loops of stores C apart
+            lp.update(head=["for __x in range(__eb, __eb + __nl * __C):"], tail=[], pad=" " * 4,
+                      body=[f"out_{m.group(1)}[__x] = __zero" for m in zeroed])
+            continue
         lp["head"] = head[:-1] + [f"    __s{k} = __zero" for k in sums] + head[-1:]
         lp["tail"] = [f"    __c{k}[__b, __j] += __s{k}" for k in sums]
         lp["pad"] = " " * (8 if cf else 4)
     return dict(row_begin=row_begin, loops=out, row_end=row_end, **({"allocs": allocs} if cf else {}))
+
+
+_ZERO_STORE = re.compile(r"__o(\d+)\[__l\] = __zero")
 
 
 def _loops(loops, after, nloops):
