@@ -10,7 +10,7 @@ from autogen import functional as AF
 
 from hypothesis import given, settings, strategies as st
 
-from cases import assert_matches, compare
+from cases import assert_matches
 
 
 @pytest.mark.parametrize("policy", ["medium", "aggressive"])
