@@ -287,6 +287,9 @@ def _lanes(lines):
     return ["for __l in range(__nl):"] + [f"    {x}" for x in lines] if lines else []
 
 
+_ZERO_STORE = re.compile(r"__o(\d+)\[__l\] = __zero")  # a store of zero to output j in a loop over lanes
+
+
 def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False, rt=False):
     """The row loop of one pass: its loops over the row (one per depth of row reductions), the row values
     between them, and what it writes per row."""
@@ -494,19 +497,16 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False, rt=Fals
         row_begin += first
     for lp in out:
         sums = col_sums.get(lp.pop("key"), [])
-        zeroed = [_ZERO_STORE.fullmatch(s) for s in lp["body"]] if rt and not sums and not lp["init"] else [None]
-        if all(zeroed):  # rt: a loop that only zeroes outputs (a gradient around a gather's picks): the block's
-            # elements are contiguous, so one loop along them, not C loops of stores C apart
+        if rt and not sums and not lp["init"] and all(_ZERO_STORE.fullmatch(s) for s in lp["body"]):
+            # rt: a loop that only zeroes outputs (a gradient around a gather's picks): the block's elements are
+            # contiguous, so one loop along them, not C loops of stores C apart
             lp.update(head=["for __x in range(__eb, __eb + __nl * __C):"], tail=[], pad=" " * 4,
-                      body=[f"out_{m.group(1)}[__x] = __zero" for m in zeroed])
+                      body=[_ZERO_STORE.sub(r"out_\1[__x] = __zero", s) for s in lp["body"]])
             continue
         lp["head"] = head[:-1] + [f"    __s{k} = __zero" for k in sums] + head[-1:]
         lp["tail"] = [f"    __c{k}[__b, __j] += __s{k}" for k in sums]
         lp["pad"] = " " * (8 if cf else 4)
     return dict(row_begin=row_begin, loops=out, row_end=row_end, **({"allocs": allocs} if cf else {}))
-
-
-_ZERO_STORE = re.compile(r"__o(\d+)\[__l\] = __zero")
 
 
 def _loops(loops, after, nloops):

@@ -192,7 +192,7 @@ def fused_plan(graph, needs, dtype, store=None, layout=None, plain=None):
                                         _store16(graph, store, wrt, 0, 1, same=True)), wrt, False, False,
                              derivative=True)
     if plan is None:
-        fwd = _KernelSpec([(loss, graph.level)], sdt, f"{label} forward", _store16(graph, store, wrt, 0), layout=plain)
+        fwd = KernelSpec([(loss, graph.level)], sdt, f"{label} forward", _store16(graph, store, wrt, 0), layout=plain)
         bwd = None
         if wrt:
             gout = leaf_input("__gout", graph.level)
