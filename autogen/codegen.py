@@ -468,6 +468,8 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False, rt=Fals
                 before = a.level == ROW and depth.get(a.digest) == 0
                 stack.extend(a.args if inline(a) or before else ())
     for n in p.nodes:
+        if inline(n) and any(a.digest in deferred for a in n.args):
+            deferred.add(n.digest)  # an expression of a deferred value (clamp's gradfix): read where it is
         if n.level != ROW or inline(n):
             continue
         arrays[f"v{idx[n.digest]}"] = _DTYPES[n.kind]

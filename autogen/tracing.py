@@ -181,6 +181,7 @@ class _Lowering:
         self.C = math.prod(self.base[a] for a in self.K)
         self.env = {}
         self.parts = 0
+        self.round32 = _compute_dtype(gm, example) == torch.float64
         # the base's sizes as the trace's symbols: a size equal to another by value (batch == classes) is told
         # apart by its symbol (the trace runs without duck sizing)
         self.sym_base = None if self.base_index in sliced else _sym_dims(placeholders[self.base_index])
@@ -396,7 +397,17 @@ class _Lowering:
         rule = _RULES.get(t) or _RULES.get(getattr(t, "overloadpacket", None))
         if rule is None:
             raise Unsupported(opname(t), source_line(n))
-        return rule(self, n, *n.args, **n.kwargs)
+        val = n.meta.get("val")
+        if not (self.round32 and isinstance(val, torch.Tensor) and val.dtype == torch.float32):
+            return rule(self, n, *n.args, **n.kwargs)
+        # a float32 value inside a float64 kernel: rounded as torch's float32 op rounds, its Python numbers
+        # made float32 first (as torch's wrapped scalars are)
+        out = rule(self, n, *[_f32(a) for a in n.args], **{k: _f32(a) for k, a in n.kwargs.items()})
+        if isinstance(out, V) and out.node.kind == "f" and out.node.op not in ("input", "round32") and not any(
+                isinstance(a, torch.fx.Node) and isinstance(self.env.get(a), V) and self.env[a].node is out.node
+                for a in n.args):  # a view of its argument is that argument's value, rounded already
+            out = dataclasses.replace(out, node=A("round32", out.node))
+        return out
 
     # building blocks used by the rules
     def ew(self, n, fn, *args):
@@ -1605,6 +1616,10 @@ def _kept_by_torch(module, forward, tensors):
     except Exception:  # noqa: BLE001 - not known: the engine reads conservatively
         return None
     return kept
+
+
+def _f32(a):
+    return float(np.float32(a)) if type(a) is float else a
 
 
 def _compute_dtype(gm, tensors):

@@ -5,6 +5,7 @@ whatever it cannot express must be refused (one warning, then eager)."""
 import os
 import warnings
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -87,3 +88,67 @@ def test_random_programs_give_eagers_numbers_or_are_refused(program, alias, dtyp
         else:
             assert gi is not None, source
             assert_matches(gi, wi, magnitude(wi.shape, [a, b]), what="gradient: " + source)
+
+
+# -- values picked from each row (gather, an index, a one-hot sum), beside the row's own reductions --------
+PICKS = ["a.gather(1, y.unsqueeze(1)).squeeze(1)", "a.log_softmax(1).gather(1, y.unsqueeze(1)).squeeze(1)",
+         "(a * torch.nn.functional.one_hot(y, a.shape[1]).movedim(-1, 1).to(a.dtype)).sum(1)"]
+ROWWISE = ["a.logsumexp(1)", "a.amax(1)", "a.sum(1)", "a.sigmoid().mean(1)"]
+ROW_UNARY = ["{0}.clamp(min=-0.5)", "{0}.clamp(-1.0, 1.0)", "torch.log({0}.clamp(min=1e-3))",
+             "torch.log({0}.abs().clamp(min=1e-3))", "torch.log({0}.sigmoid().clamp(1e-4, 1 - 1e-4))",
+             "torch.sqrt({0}.abs() + 1e-2)", "torch.exp(-{0}.abs())", "torch.tanh({0})", "{0} * {0}",
+             "torch.nn.functional.softplus({0})"]
+ROW_BINARY = BINARY + ["({0} / ({1}.abs() + 1))"]
+ROW_FINAL = ["{0}.mean()", "{0}.sum()", "({0} * w).sum() / w.sum()", "-({0} * w).mean()"]
+
+
+@st.composite
+def picked_programs(draw, first):
+    """(forward's body, shape of a): row values picked from a's rows (dim 1) and reduced along them, `first`
+    applied to a pick, then random ops; a of (N, C) or channel-first (N, C, L), its rows short (walked
+    across) or long."""
+    lines = [f"p0 = {draw(st.sampled_from(PICKS))}", f"p1 = {draw(st.sampled_from(ROWWISE + PICKS))}",
+             "v0 = " + first.format("p0")]
+    vals = ["p0", "p1", "v0"]
+    for i in range(1, draw(st.integers(1, 3))):
+        if draw(st.booleans()):
+            expr = draw(st.sampled_from(ROW_UNARY)).format(draw(st.sampled_from(vals)))
+        else:
+            expr = draw(st.sampled_from(ROW_BINARY)).format(draw(st.sampled_from(vals)), draw(st.sampled_from(vals)))
+        lines.append(f"v{i} = {expr}")
+        vals.append(f"v{i}")
+    lines.append("return " + draw(st.sampled_from(ROW_FINAL)).format(vals[-1]))
+    n, c = draw(st.sampled_from([6, 13, 1])), draw(st.sampled_from([5, 8, 16, 37, 2]))
+    shape = (n, c) if draw(st.booleans()) else (n, c, draw(st.sampled_from([1, 3])))
+    return lines, shape
+
+
+@pytest.mark.parametrize("first", ROW_UNARY)
+@settings(max_examples=6 * SCALE, derandomize=not LONG, database=None, deadline=None,
+          suppress_health_check=list(HealthCheck))
+@given(data=st.data(), dtype=st.sampled_from([torch.float32, torch.float64]),
+       grad=st.sampled_from([True, True, False]))
+def test_random_programs_over_picked_values_give_eagers_numbers(first, data, dtype, grad):
+    lines, shape = data.draw(picked_programs(first))
+    source = "class M(torch.nn.Module):\n    def forward(self, a, y, w):\n" + \
+        "".join(f"        {line}\n" for line in lines)
+    env = {"torch": torch}
+    exec(source, env)  # noqa: S102 - a generated test program
+    cls = env["M"]
+    g = torch.Generator().manual_seed(len(source))
+    a = torch.randn(shape, dtype=dtype, generator=g)
+    y = torch.randint(0, shape[1], (shape[0],) + shape[2:], generator=g)
+    w = torch.rand((shape[0],) + shape[2:], dtype=dtype, generator=g) + 0.5
+    want_a = a.clone().requires_grad_(grad)
+    ref = cls()(want_a, y, w)
+    got_a = a.clone().requires_grad_(grad)
+    fused = autogen.autogen_loss(type("F", (cls,), {}))(use_autogen=True)
+    with warnings.catch_warnings(record=True) as caught, autogen.policy("aggressive"), autogen.record() as rec:
+        warnings.simplefilter("always")
+        out = fused(got_a, y, w)
+    assert not [m for m in caught if str(m.message).startswith("autogen")], (source, caught[0].message)
+    assert any(c.op == "F" and c.path == "autogen" for c in rec.calls), (source, rec.calls)
+    assert_matches(out, ref, magnitude(ref.shape, [a]), what=source)
+    if grad:
+        assert_matches(torch.autograd.grad(out, got_a)[0], torch.autograd.grad(ref, want_a)[0],
+                       magnitude(shape, [a]), what="gradient: " + source)
