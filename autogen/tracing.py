@@ -13,6 +13,7 @@ tracked with the base axis each of its dims runs along; values along all leading
 last axis are row reductions, over everything whole-tensor reductions; anything else (a sum over
 the batch only, a transpose of data) is an unsupported op: warned once, and the module runs eagerly.
 """
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -394,10 +395,12 @@ class _Lowering:
             return _Sym(shape_hint(n.meta["val"]))
         if t is aten._local_scalar_dense.default:
             raise TracingError(_tracing_message("item", source_line(n)))
+        val = n.meta.get("val")
+        if isinstance(val, torch.Tensor) and not _read(n):  # only its sizes are read (x[0].numel()): no value
+            return None
         rule = _RULES.get(t) or _RULES.get(getattr(t, "overloadpacket", None))
         if rule is None:
             raise Unsupported(opname(t), source_line(n))
-        val = n.meta.get("val")
         if not (self.round32 and isinstance(val, torch.Tensor) and val.dtype == torch.float32):
             return rule(self, n, *n.args, **n.kwargs)
         # a float32 value inside a float64 kernel: rounded as torch's float32 op rounds, its Python numbers
@@ -1477,12 +1480,13 @@ class _Traced:
     policy: str = field(default=None, compare=False, repr=False)      # and the policy it was chosen under
 
 
-def _graph(module, forward, tensors, cls):
-    """The forward traced to ATen ops (make_fx, symbolic sizes) and the inlined losses' entries."""
+def _graph(module, forward, tensors, cls, route=True):
+    """The forward traced to ATen ops (make_fx, symbolic sizes) and the inlined losses' entries (`route`:
+    torch's losses and nonlinearities as our inlined ones; else as torch's own ATen ops)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     def fn(*ts):
-        with inline.route():
+        with inline.route() if route else contextlib.nullcontext():
             return forward(module, *ts)
 
     try:
@@ -1536,6 +1540,16 @@ def _trace(module, forward, tensors, cls):
             split = partition(gm, tensors, lambda g, ts: _lower(g, ts, cls, calls), exc, cls.__name__)
             if split is not None:
                 return split
+        if calls:  # an inlined loss stays whole in a partition: traced again as torch's own ops, which the
+            plain, none = _graph(module, forward, tensors, cls, route=False)  # partition may cut anywhere
+            try:
+                _lower(plain, tensors, cls, none)
+            except Unsupported as plain_exc:  # where the plain trace stops (a node of its own graph)
+                for partition in PARTITION:
+                    split = partition(plain, tensors, lambda g, ts: _lower(g, ts, cls, none), plain_exc,
+                                      cls.__name__)
+                    if split is not None:
+                        return split
         raise
     kept = _kept_by_torch(module, forward, tensors)
     if kept is not None:  # the engine keeps torch's in-place semantics (executor._LossFunction)

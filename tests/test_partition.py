@@ -6,6 +6,7 @@ import warnings
 import numba
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
 import autogen
@@ -234,3 +235,62 @@ def test_random_programs_match_eager(steps, end, rows, cols):
     path_taken(rec, caught, "RandomProgram")
     torch.testing.assert_close(out, ref, rtol=1e-9, atol=1e-12, equal_nan=True)  # (std of one element)
     torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12, equal_nan=True)
+
+
+_ACTS = {"relu": F.relu, "relu_sq": lambda v: F.relu(v).pow(2), "softplus": F.softplus, "silu": F.silu,
+         "elu": F.elu, "logsigmoid": F.logsigmoid}
+
+
+@settings(max_examples=24, deadline=None, derandomize=True)
+@given(st.sampled_from(sorted(_ACTS)), st.sampled_from([2, 3, 5, 7, 11, 13, 17]), st.sampled_from([3, 8, 16]),
+       st.sampled_from([torch.float32, torch.float64]))
+def test_a_nonlinearity_of_torch_on_values_no_kernel_holds_is_cut_out_not_eager(act, n, d, dtype):
+    """torch.nn.functional's nonlinearities are inlined as our own losses, which a partition keeps whole: where
+    one reads a value no kernel computes (an outer broadcast of a pairwise distance), the module is traced
+    again as torch's own ops, which the partition cuts anywhere (it ran wholly eagerly)."""
+    def forward(self, emb, labels):
+        sq = emb.pow(2).sum(1)
+        d2 = (sq[:, None] + sq[None, :] - 2 * emb @ emb.t()).clamp(min=0)
+        same = (labels[:, None] == labels[None, :]).to(emb.dtype)
+        return (same * d2 + (1 - same) * _ACTS[act](1.0 - d2)).sum() / max(n * (n - 1), 1)
+    cls = autogen.autogen_loss(type("PairwiseAct", (torch.nn.Module,), {"forward": forward}))
+    g = torch.Generator().manual_seed(n * 100 + d)
+    emb = torch.randn(n, d, dtype=dtype, generator=g) * 0.3
+    labels = torch.randint(0, 3, (n,), generator=g)
+    xs = [emb.clone().requires_grad_(), emb.clone().requires_grad_()]
+    ref = cls()(xs[0], labels)
+    want, = torch.autograd.grad(ref, xs[0])
+    with autogen.policy("aggressive"), autogen.record() as rec, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = cls(use_autogen=True)(xs[1], labels)
+        got, = torch.autograd.grad(out, xs[1])
+    assert path_taken(rec, caught, "PairwiseAct") != "eager", caught[0].message
+    tol = dict(tolerances(dtype))
+    torch.testing.assert_close(out, ref, **tol)
+    torch.testing.assert_close(got, want, **tol)
+
+
+_SIZES = ["x[0].numel()", "x[:, 0].shape[0]", "x[..., 1:].size(-1)", "x.transpose(0, 2).shape[0]", "x.unsqueeze(0).numel()",
+          "x.flatten(1).shape[1]", "x[1:].numel() + 1"]
+
+
+@pytest.mark.parametrize("size", _SIZES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_a_view_read_only_for_its_sizes_is_no_op_of_the_kernel(size, dtype):
+    """x[0].numel() (a per-sample normalizer) reads only the view's sizes: nothing to compute, fused whole
+    (the view ran as a torch op between kernels)."""
+    env = {"torch": torch, "F": F}
+    exec("def forward(self, x, y):\n    return ((x - y).abs() * x.sigmoid()).sum() / " + size, env)  # noqa: S102
+    cls = autogen.autogen_loss(type("SizeOfView", (torch.nn.Module,), {"forward": env["forward"]}))
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(5, 3, 4, dtype=dtype, generator=g), torch.randn(5, 3, 4, dtype=dtype, generator=g)
+    xs = [x.clone().requires_grad_(), x.clone().requires_grad_()]
+    ref = cls()(xs[0], y)
+    want, = torch.autograd.grad(ref, xs[0])
+    with autogen.policy("aggressive"), autogen.record() as rec, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = cls(use_autogen=True)(xs[1], y)
+        got, = torch.autograd.grad(out, xs[1])
+    assert path_taken(rec, caught, "SizeOfView") == "fused", rec.calls
+    torch.testing.assert_close(out, ref, **tolerances(dtype))
+    torch.testing.assert_close(got, want, **tolerances(dtype))
