@@ -380,8 +380,8 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False, rt=Fals
             if not n.level & COL or n.digest in need or inline(n):
                 continue
             need.add(n.digest)
-            if n.digest not in stops:
-                stack.extend(n.args)
+            if n.digest not in stops and _group(n) != "reduce_col":  # a column sum is loaded (line), its
+                stack.extend(n.args)  # arguments were summed in an earlier pass
         return need
 
     def cost(digests):

@@ -152,3 +152,40 @@ def test_random_programs_over_picked_values_give_eagers_numbers(first, data, dty
     if grad:
         assert_matches(torch.autograd.grad(out, got_a)[0], torch.autograd.grad(ref, want_a)[0],
                        magnitude(shape, [a]), what="gradient: " + source)
+
+
+@settings(max_examples=16 * SCALE, derandomize=not LONG, database=None, deadline=None,
+          suppress_health_check=list(HealthCheck))
+@given(programs(), st.sampled_from([torch.float32, torch.float64]))
+def test_random_programs_in_their_parallel_kernels_compile_and_give_eagers_numbers(program, dtype):
+    """The prange variant of each kernel (large inputs) at a small size: it must compile (a pass that read an
+    input its loop never loaded compiled serially, on the earlier loop's variable, and failed in parfor
+    lowering: the module ran eagerly at 1M elements) and give eager's numbers."""
+    from autogen import launch
+    lines, a_shape, b_shape = program
+    cls, source = _module(lines)
+    a, b = torch.randn(a_shape, dtype=dtype), torch.randn(b_shape, dtype=dtype)
+    try:
+        want_a, want_b = a.clone().requires_grad_(), b.clone().requires_grad_()
+        ref = cls()(want_a, want_b)
+    except Exception:  # noqa: BLE001 - shapes that do not broadcast
+        return
+    want = torch.autograd.grad(ref, [want_a, want_b], allow_unused=True)
+    got_a, got_b = a.clone().requires_grad_(), b.clone().requires_grad_()
+    fused = autogen.autogen_loss(type("F", (cls,), {}))(use_autogen=True)
+    saved = launch._PAR_ELEMENTS
+    launch._PAR_ELEMENTS = 0
+    try:
+        with warnings.catch_warnings(record=True) as caught, autogen.policy("aggressive"):
+            warnings.simplefilter("always")
+            out = fused(got_a, got_b)
+            got = torch.autograd.grad(out, [got_a, got_b], allow_unused=True)
+    finally:
+        launch._PAR_ELEMENTS = saved
+    assert not [m for m in caught if "the fused kernel failed" in str(m.message)], (source, caught[0].message)
+    assert_matches(out, ref, magnitude(ref.shape, [a, b]), what=source)
+    for gi, wi in zip(got, want):
+        if wi is None:
+            assert gi is None or not gi.any(), source
+        else:
+            assert_matches(gi, wi, magnitude(wi.shape, [a, b]), what="gradient: " + source)
