@@ -1697,8 +1697,8 @@ def eval_index(node, tensors, traced, done=None):
             if done is not None and n.attr in done:
                 return done[n.attr]
             return eval_index(traced.index_exprs[n.attr], tensors, traced)
-        if n.op == "input":
-            return tensors[traced.sources[n.attr]].detach().reshape(-1)
+        if n.op == "input":  # as the trace reads it: labels[:, 1:] is a part of the labels, not all of them
+            return _index_source(n, tensors, traced)
         return inline.scalar_tensor(n.attr if n.op == "const" else traced.params[n.attr])
     plans = traced.__dict__.setdefault("index_plans", {})
     plan = plans.get(node.digest)
@@ -1712,6 +1712,15 @@ def eval_index(node, tensors, traced, done=None):
         rows = expanded(tensors[i].detach(), how, traced.base).reshape(-1, traced.dims[1])
         values[digest] = (rows.argmax(-1) if largest else rows.argmin(-1)).to(torch.get_default_dtype())
     return evaluate(plan[1], leaf, values)[node.digest].reshape(-1).long()
+
+
+def _how(node, traced):
+    return next((h for t, _, h in traced.all_inputs if t.digest == node.digest), "flat")
+
+
+def _index_source(node, tensors, traced):
+    """An input leaf of an index expression, flat, as the trace reads it (labels[:, 1:]: a part of them)."""
+    return expanded(tensors[traced.sources[node.attr]].detach(), _how(node, traced), traced.base).reshape(-1)
 
 
 def _index_order(node, picks):
@@ -1821,7 +1830,7 @@ def run_trace(traced, tensors):
             idx = torch.from_numpy(out)
         else:
             if expr.op == "input":  # the index is an input itself (a class target): no torch op on it
-                idx = tensors[traced.sources[expr.attr]].detach().reshape(-1)
+                idx = _index_source(expr, tensors, traced)
                 idx = idx if idx.dtype is torch.int64 else idx.long()
             else:
                 idx = eval_index(expr, tensors, traced, done)
@@ -1853,7 +1862,7 @@ def _fast_index(expr, traced):
     x, v = expr.args[0].args
     sx, sa = source(x), source(expr.args[1])
     if sx is None or sa is None or sx.digest != sa.digest or v.op not in ("param", "const") or \
-            sx.attr not in traced.sources:
+            sx.attr not in traced.sources or _how(sx, traced) != "flat":  # (a part of the input: eval_index)
         return None
     value, fill = traced.params.get(v.attr) if v.op == "param" else v.attr, expr.args[2].attr
     if not all(isinstance(z, (int, float)) and float(z).is_integer() for z in (value, fill)):
