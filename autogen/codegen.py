@@ -216,7 +216,8 @@ def render(spec, cache=True, parallel=False):
                 cols = [m for m in toposort([n.args[0]]) if m.level == COL and not _inline(m)]
                 out += [f"{v} = __np.float64({prim.init})", "for __j in range(__C):"]
                 out += [f"    {line(m, names, 'row')}" for m in cols]
-                out += [f"    {v} = " + prim.combine.format(names[n.args[0].digest], acc=v), f"{v} = __F({v})"]
+                out += [f"    {v} = " + (prim.fold or prim.combine).format(names[n.args[0].digest], acc=v),
+                        f"{v} = __F({v})"]  # (fold: maxnum takes one type, the float64 accumulator is another)
             elif _group(n) == "reduce_all":  # the per-row partials of a pass, combined in row order in float64
                 k = part_index[n.digest]
                 out += [f"{v} = __np.float64({prim.init})", "for __q in range(__R):",

@@ -10,6 +10,8 @@ def _unbroadcast(g, level):
         return g
     if level == COL and g.level & ROW:  # a per-column value used in every row: summed over the rows
         return apply("sum_col", g)
+    if level == SCALAR and g.level == COL:  # a scalar used along the columns: summed over them, once each
+        return apply("sum_all", g)
     if level == COL or (level == SCALAR and not g.level & ROW):
         raise ScheduleError("a per-column value broadcast over rows needs a column reduction")
     if level == SCALAR and g.post:

@@ -294,3 +294,43 @@ def test_a_view_read_only_for_its_sizes_is_no_op_of_the_kernel(size, dtype):
     assert path_taken(rec, caught, "SizeOfView") == "fused", rec.calls
     torch.testing.assert_close(out, ref, **tolerances(dtype))
     torch.testing.assert_close(got, want, **tolerances(dtype))
+
+
+_PAIR_HEADS = {
+    "lse_rows": "torch.logsumexp(s, dim=1).mean()",
+    "lse_cols_masked": "torch.logsumexp(s.masked_fill(torch.eye(s.shape[0], dtype=torch.bool), -1e4), dim=0).mean()",
+    "max_rows": "s.amax(dim=1).mean() + s.mean()",
+    "softplus_of_sums": "F.softplus(torch.logsumexp(s, 1) + torch.logsumexp(-s, 1)).mean()",
+    "siglip": "-F.logsigmoid((2 * torch.eye(s.shape[0]) - 1) * s).sum() / s.shape[0]",
+}
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(st.sampled_from(sorted(_PAIR_HEADS)), st.sampled_from([1, 2, 3, 7]), st.booleans(),
+       st.sampled_from([torch.float32, torch.float64]))
+def test_pairwise_heads_with_a_learned_scale_at_any_batch_including_one(head, n, detach_scale, dtype):
+    """A similarity matrix scaled by a learned 0-dim temperature and bias: at a batch of one its (1, 1) values
+    vary along no axis, and the gradient of the temperature (a scalar used along the columns) had no rule,
+    nor did a max over per-column values in float64 (the module ran eagerly at batch 1)."""
+    def forward(self, emb, t, b):
+        z = F.normalize(emb, dim=1)
+        s = z @ z.t() * (t.detach() if detach_scale else t).exp() + b
+        return eval(_PAIR_HEADS[head])  # noqa: S307 - a table of test programs
+    cls = autogen.autogen_loss(type("PairHead", (torch.nn.Module,), {"forward": forward}))
+    g = torch.Generator().manual_seed(n)
+    args = [torch.randn(n, 8, dtype=dtype, generator=g), torch.tensor(0.5, dtype=dtype),
+            torch.tensor(-0.3, dtype=dtype)]
+    xs = [[a.clone().requires_grad_() for a in args] for _ in range(2)]
+    ref = cls()(*xs[0])
+    want = torch.autograd.grad(ref, xs[0], allow_unused=True)
+    with autogen.policy("aggressive"), autogen.record() as rec, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = cls(use_autogen=True)(*xs[1])
+        got = torch.autograd.grad(out, xs[1], allow_unused=True)
+    assert path_taken(rec, caught, "PairHead") != "eager", caught[0].message
+    torch.testing.assert_close(out, ref, **tolerances(dtype))
+    for a, w in zip(got, want):
+        if w is None:
+            assert a is None or not a.any()
+        else:
+            torch.testing.assert_close(a, w, **tolerances(dtype))
