@@ -315,7 +315,7 @@ def test_pairwise_heads_with_a_learned_scale_at_any_batch_including_one(head, n,
     def forward(self, emb, t, b):
         z = F.normalize(emb, dim=1)
         s = z @ z.t() * (t.detach() if detach_scale else t).exp() + b
-        return eval(_PAIR_HEADS[head])  # noqa: S307 - a table of test programs
+        return eval(_PAIR_HEADS[head], {"torch": torch, "F": F}, {"s": s})  # noqa: S307 - a table of programs
     cls = autogen.autogen_loss(type("PairHead", (torch.nn.Module,), {"forward": forward}))
     g = torch.Generator().manual_seed(n)
     args = [torch.randn(n, 8, dtype=dtype, generator=g), torch.tensor(0.5, dtype=dtype),
