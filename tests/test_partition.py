@@ -237,6 +237,21 @@ def test_random_programs_match_eager(steps, end, rows, cols):
     torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12, equal_nan=True)
 
 
+def _fused_against_eager(cls, x, *rest):
+    """cls(use_autogen=True) against cls() on (x, *rest), values and x's gradient at x's dtype's tolerance:
+    (the path taken, the warnings, the record)."""
+    xs = [x.clone().requires_grad_(), x.clone().requires_grad_()]
+    ref = cls()(xs[0], *rest)
+    want, = torch.autograd.grad(ref, xs[0])
+    with autogen.policy("aggressive"), autogen.record() as rec, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = cls(use_autogen=True)(xs[1], *rest)
+        got, = torch.autograd.grad(out, xs[1])
+    torch.testing.assert_close(out, ref, **tolerances(x.dtype))
+    torch.testing.assert_close(got, want, **tolerances(x.dtype))
+    return path_taken(rec, caught, cls.__name__), caught, rec
+
+
 _ACTS = {"relu": F.relu, "relu_sq": lambda v: F.relu(v).pow(2), "softplus": F.softplus, "silu": F.silu,
          "elu": F.elu, "logsigmoid": F.logsigmoid}
 
@@ -257,17 +272,8 @@ def test_a_nonlinearity_of_torch_on_values_no_kernel_holds_is_cut_out_not_eager(
     g = torch.Generator().manual_seed(n * 100 + d)
     emb = torch.randn(n, d, dtype=dtype, generator=g) * 0.3
     labels = torch.randint(0, 3, (n,), generator=g)
-    xs = [emb.clone().requires_grad_(), emb.clone().requires_grad_()]
-    ref = cls()(xs[0], labels)
-    want, = torch.autograd.grad(ref, xs[0])
-    with autogen.policy("aggressive"), autogen.record() as rec, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        out = cls(use_autogen=True)(xs[1], labels)
-        got, = torch.autograd.grad(out, xs[1])
-    assert path_taken(rec, caught, "PairwiseAct") != "eager", caught[0].message
-    tol = dict(tolerances(dtype))
-    torch.testing.assert_close(out, ref, **tol)
-    torch.testing.assert_close(got, want, **tol)
+    taken, caught, _ = _fused_against_eager(cls, emb, labels)
+    assert taken != "eager", caught[0].message
 
 
 _SIZES = ["x[0].numel()", "x[:, 0].shape[0]", "x[..., 1:].size(-1)", "x.transpose(0, 2).shape[0]", "x.unsqueeze(0).numel()",
@@ -284,16 +290,8 @@ def test_a_view_read_only_for_its_sizes_is_no_op_of_the_kernel(size, dtype):
     cls = autogen.autogen_loss(type("SizeOfView", (torch.nn.Module,), {"forward": env["forward"]}))
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(5, 3, 4, dtype=dtype, generator=g), torch.randn(5, 3, 4, dtype=dtype, generator=g)
-    xs = [x.clone().requires_grad_(), x.clone().requires_grad_()]
-    ref = cls()(xs[0], y)
-    want, = torch.autograd.grad(ref, xs[0])
-    with autogen.policy("aggressive"), autogen.record() as rec, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        out = cls(use_autogen=True)(xs[1], y)
-        got, = torch.autograd.grad(out, xs[1])
-    assert path_taken(rec, caught, "SizeOfView") == "fused", rec.calls
-    torch.testing.assert_close(out, ref, **tolerances(dtype))
-    torch.testing.assert_close(got, want, **tolerances(dtype))
+    taken, _, rec = _fused_against_eager(cls, x, y)
+    assert taken == "fused", rec.calls
 
 
 _PAIR_HEADS = {
