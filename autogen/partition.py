@@ -22,8 +22,8 @@ from .tracing import Unsupported, opname, run_trace, shape_hint
 aten = torch.ops.aten
 
 MIN_WORK = 2   # a kernel computes at least this many ops that move or combine data (not views)
-MAX_TRIES = 40  # lowerings tried per trace before the module runs eagerly
-MAX_WALK = 24   # lowerings tried per trace to find where a part of the graph of its own ends
+MAX_TRIES = 160  # lowerings tried per trace before the module runs eagerly (3 scales of shifts: 41)
+MAX_WALK = 96   # lowerings tried per trace to find where a part of the graph of its own ends
 # ops that compute nothing (views, casts, copies): they do not count as a kernel's work
 _NO_WORK = {aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
             aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.expand.default, aten.permute.default,

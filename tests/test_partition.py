@@ -332,3 +332,23 @@ def test_pairwise_heads_with_a_learned_scale_at_any_batch_including_one(head, n,
             assert a is None or not a.any()
         else:
             torch.testing.assert_close(a, w, **tolerances(dtype))
+
+
+@pytest.mark.parametrize("scales", [1, 2, 3, 4])
+def test_many_shifted_slices_of_computed_values_are_cut_not_eager(scales):
+    """Multi-scale gradient matching (MiDaS-style): each scale's finite differences slice a computed residual,
+    many kernel boundaries to try; a partition is found (3 scales took 41 lowerings, over the old limit of 40:
+    the module ran eagerly)."""
+    def forward(self, pred, target):
+        terms = []
+        for s in range(scales):
+            d = pred[:, ::2 ** s, ::2 ** s] - target[:, ::2 ** s, ::2 ** s]
+            gx = (d[:, :, 1:] - d[:, :, :-1]).abs()
+            gy = (d[:, 1:] - d[:, :-1]).abs()
+            terms.append(gx.mean() + gy.mean())
+        return sum(terms) / scales
+    cls = autogen.autogen_loss(type("MultiScale", (torch.nn.Module,), {"forward": forward}))
+    g = torch.Generator().manual_seed(scales)
+    pred, target = torch.randn(3, 16, 16, generator=g), torch.randn(3, 16, 16, generator=g)
+    taken, caught, _ = _fused_against_eager(cls, pred, target)
+    assert taken != "eager", caught[0].message
