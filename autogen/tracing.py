@@ -1151,6 +1151,12 @@ def _to(low, n, x, *args, **kwargs):
         return V(A("float", xv.node), xv.shape, xv.axes)
     if dtype == torch.float32 and isinstance(x, torch.fx.Node) and x.meta["val"].dtype == torch.float64:
         return V(A("round32", xv.node), xv.shape, xv.axes)
+    if dtype in (torch.float16, torch.bfloat16) and isinstance(x, torch.fx.Node) and \
+            x.meta["val"].dtype in (torch.float32, torch.float64) and any(u.op != "output" for u in n.users) and \
+            not any(t.dtype in (torch.float16, torch.bfloat16) for t in low.example):
+        # teacher.half().float() in a float32 loss: a rounding the kernels do not compute (torch's cast, between
+        # them); a loss of 16-bit data computes in float32 and rounds its result once (docs/performance.md)
+        raise Unsupported(f"a rounding to {str(dtype).replace('torch.', '')} inside the loss", "")
     if dtype.is_floating_point or (dtype == torch.int64 and xv.node.kind == "i"):
         return xv
     raise Unsupported(f"a conversion to {dtype}", "")
