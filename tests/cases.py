@@ -343,6 +343,33 @@ def autograd_nodes(out):
     return names
 
 
+def run_case(case, dtype, n, layout=None, cls=None, tol=None):
+    """A corpus Case (autogen/corpus_shapes.py) at scale n against eager under policy aggressive, values and
+    gradients (`cls`: the traced class, default case.cls; `tol`: the tolerances, default the dtype's):
+    (the record, the warnings)."""
+    import warnings
+    g = torch.Generator().manual_seed(n)
+    args = case.make(dtype, n, g)
+    if layout == "strided":  # the same values, not contiguous
+        args = [a.transpose(0, -1).contiguous().transpose(0, -1) if a.dim() > 1 else a for a in args]
+    eager_in = [a.clone().requires_grad_(i in case.diff) for i, a in enumerate(args)]
+    ours_in = [a.clone().requires_grad_(i in case.diff) for i, a in enumerate(args)]
+    ref_module, module = case.cls(), (cls or case.cls)(use_autogen=True)
+    module.load_state_dict(ref_module.state_dict())
+    ref = ref_module(*eager_in)
+    want = torch.autograd.grad(ref * 1.5, [eager_in[i] for i in case.diff])
+    with autogen.policy("aggressive"), autogen.record() as rec, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = module(*ours_in)
+        got = torch.autograd.grad(out * 1.5, [ours_in[i] for i in case.diff])
+    tol = dict(tol or tolerances(dtype), equal_nan=True)  # a batch of one: std's nan, as torch's
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    torch.testing.assert_close(out, ref, **tol)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, **tol)
+    return rec, caught
+
+
 def path_taken(rec, caught, name):
     """How a traced module named `name` ran, asserting that the record and the warnings agree: 'fused' (one
     kernel forward and one backward, no warning), 'kernels' (several fused kernels, no torch op), 'split'

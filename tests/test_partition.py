@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 import autogen
 from autogen.corpus_shapes import CASES
-from cases import path_taken, tolerances
+from cases import path_taken, run_case as _run, tolerances
 
 # the partition of each corpus loss at n = 7: "fused" (one kernel), "kernels" (several, no torch op), or a
 # torch op that must run between its kernels
@@ -32,29 +32,6 @@ PARTITION = {
 }
 # runs eagerly: the reason its warning names
 EAGER = {}
-
-
-def _run(case, dtype, n, layout=None):
-    g = torch.Generator().manual_seed(n)
-    args = case.make(dtype, n, g)
-    if layout == "strided":  # the same values, not contiguous
-        args = [a.transpose(0, -1).contiguous().transpose(0, -1) if a.dim() > 1 else a for a in args]
-    eager_in = [a.clone().requires_grad_(i in case.diff) for i, a in enumerate(args)]
-    ours_in = [a.clone().requires_grad_(i in case.diff) for i, a in enumerate(args)]
-    ref_module, module = case.cls(), case.cls(use_autogen=True)
-    module.load_state_dict(ref_module.state_dict())
-    ref = ref_module(*eager_in)
-    want = torch.autograd.grad(ref * 1.5, [eager_in[i] for i in case.diff])
-    with autogen.policy("aggressive"), autogen.record() as rec, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        out = module(*ours_in)
-        got = torch.autograd.grad(out * 1.5, [ours_in[i] for i in case.diff])
-    tol = dict(tolerances(dtype), equal_nan=True)  # a batch of one: std's nan, as torch's
-    assert out.shape == ref.shape and out.dtype == ref.dtype
-    torch.testing.assert_close(out, ref, **tol)
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, **tol)
-    return rec, caught
 
 
 def test_the_corpus_has_40_losses_in_five_domains():
