@@ -182,7 +182,8 @@ class _Lowering:
         self.C = math.prod(self.base[a] for a in self.K)
         self.env = {}
         self.parts = 0
-        self.round32 = _compute_dtype(gm, example) == torch.float64
+        self.cdt = _compute_dtype(gm, example)  # the dtype its kernels compute in
+        self.round32 = self.cdt == torch.float64
         # the base's sizes as the trace's symbols: a size equal to another by value (batch == classes) is told
         # apart by its symbol (the trace runs without duck sizing)
         self.sym_base = None if self.base_index in sliced else _sym_dims(placeholders[self.base_index])
@@ -1685,7 +1686,7 @@ def _lower(gm, tensors, cls, calls):
     inputs = [(node, i, how) for node, i, how in low.inputs if node.digest in used]
     index_inputs = [(node, expr) for node, expr in low.index_inputs if node.digest in used]
     mode = ("cf" if cf else "row") if uses_rows else "flat"  # flat: only per-element and scalar values
-    cdt = _compute_dtype(gm, tensors)
+    cdt = low.cdt
     graph = LossGraph(cls.__name__, mode, tuple(n for n, _, _ in inputs) + tuple(n for n, _ in index_inputs),
                       loss, level)
     meta = low.output.meta["val"]
@@ -1711,8 +1712,8 @@ def eval_index(node, tensors, traced, done=None):
     if plan is None:  # once per trace: its argmaxes (each input's position and how it is read), the order
         picks = _arg_picks(node)
         plan = plans[node.digest] = (
-            [(digest, traced.sources[x.attr], next(how for t, _, how in traced.all_inputs if t.digest == x.digest),
-              largest) for digest, (x, largest) in picks.items()], _index_order(node, picks))
+            [(digest, traced.sources[x.attr], _how(x, traced), largest) for digest, (x, largest) in picks.items()],
+            _index_order(node, picks))
     values = {}
     for digest, i, how, largest in plan[0]:  # rows of C adjacent elements (_Lowering.arg_picks)
         rows = expanded(tensors[i].detach(), how, traced.base).reshape(-1, traced.dims[1])
