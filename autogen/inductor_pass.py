@@ -1,18 +1,23 @@
-"""An Inductor graph pass: a loss's autogen::call absorbs the pointwise ops that produce its inputs.
+"""An Inductor graph pass: a loss's autogen::call absorbs the ops that produce its inputs, and losses on the
+same inputs whose results are summed become one call.
 
 Inductor fuses a model's pointwise tail (x * scale + shift, an activation) into torch's own loss,
-forward and backward, in one pass over the data; our operator would be a fusion boundary (the tail
-writes its output, our kernel reads it and writes its gradient, Inductor's backward reads that again).
-So before AOTAutograd (config.pre_grad_custom_pass, on Dynamo's graph) this pass replaces
+forward and backward, in one pass over the data, and fuses two losses of the same logits (cross-entropy
+plus a soft Dice term on a one-hot target it never writes) into one loop; our operators would be fusion
+boundaries (the tail writes its output, each of our kernels reads it and writes its gradient, Inductor's
+backward reads that again). So before AOTAutograd (config.pre_grad_custom_pass, on Dynamo's graph) this
+pass replaces
 
-    autogen::call(loss, [f(a0, a1, ..), t], options)      f: pointwise ops of POINTWISE, used only here
+    autogen::call(loss1, [f(a0, ..), t], o1) * 0.5 + autogen::call('module:K', [f(a0, ..), g(t)], o2)
 
-by one autogen::call('fused:<f and the loss as text>', [a0, a1, .., t], ..): an @autogen_loss module
-(Fused) runs f and the loss as one traced kernel with the gradients of a0, a1, .. (a scalar parameter's
-too). The name is the whole program, so a graph Inductor loads from its cache needs no state of this
-process. A producer is absorbed only where its output has the loss input's shape and its tensor operands
-that shape or one element (what a traced kernel reads without a broadcast of its own), and not past a
-node that could change its value (an in-place op, a grad-mode or autocast switch).
+(f, g: ops of POINTWISE and STRUCTURAL, used only there; the losses sharing an input) by one
+autogen::call('fused:<the program as text>', [a0, .., t], ..): an @autogen_loss module (Fused) runs the
+program as one trace, fused kernels with the gradients of a0, .. (a scalar parameter's too). A loss's name
+is the whole program, so a graph Inductor loads from its cache needs no state of this process (an
+@autogen_loss module's step names the live module, as its own call does). A pointwise producer is absorbed
+only where its tensor operands have its shape or one element (what a traced kernel reads without a
+broadcast of its own), and nothing moves past a node that could change its value (an in-place op, a
+grad-mode or autocast switch).
 
 The operator's fake implementation registers the pass once Inductor is loaded (ops._call_fake: Dynamo
 runs it while tracing, before Inductor compiles); `ENABLED = False` compiles without it.
@@ -71,25 +76,6 @@ def _operands(node, name):
     return args if len(args) == n else None
 
 
-def _absorbable(node, shape):
-    """A pointwise node whose floating output has the loss input's shape, whose tensor operands have that
-    shape or one element, its dtype, and whose other operands are numbers."""
-    if _op_name(node) is None:
-        return False
-    out = _value(node)
-    if not isinstance(out, torch.Tensor) or not out.is_floating_point() or out.shape != shape:
-        return False
-    for arg in _operands(node, _op_name(node)):
-        if isinstance(arg, torch.fx.Node):
-            v = _value(arg)
-            if not isinstance(v, torch.Tensor) or v.dtype != out.dtype or \
-                    v.shape != out.shape and (v.numel() != 1 or v.dim() > out.dim()):
-                return False
-        elif type(arg) not in (int, float, bool):
-            return False
-    return True
-
-
 # Dynamo's nodes for grad mode and autocast: a producer moved past one would run under another mode
 _MODES = {"_set_grad_enabled", "_enter_autocast", "_exit_autocast"}
 _INPLACE = {"setitem", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "iand", "ior", "ixor",
@@ -113,61 +99,226 @@ def _barrier(node):
 
 
 def _literal(value):
+    if isinstance(value, torch.dtype):
+        return "d" + str(value).split(".")[-1]
     return _ops.encode_value(value)
 
 
-def absorb(graph):
-    """Rewrite every loss's autogen::call of `graph` whose inputs have absorbable producers; the number
-    rewritten."""
-    done = 0
-    for call in [n for n in graph.nodes if n.op == "call_function" and n.target is _ops.call]:
-        name, tensors, options = call.args
-        if name not in LOSSES or ";use_autogen=b1" not in options or "|" in options:  # '|' splits the name
-            continue
-        region, shape = {call}, _value(tensors[0]).shape
-        checked = {t for t, arg in zip(tensors, options.split(";")[0].split(",")) if arg in CHECKED.get(name, ())}
-        before = list(graph.nodes)[:list(graph.nodes).index(call)]
-        for node in reversed(before):
-            if node.users and all(u in region for u in node.users) and node not in checked and \
-                    _absorbable(node, shape):
-                region.add(node)
-        if len(region) == 1:
-            continue
-        first = next(i for i, n in enumerate(before) if n in region)
-        if any(_barrier(n) for n in before[first:] if n not in region):
-            continue
-        leaves, refs, steps = [], {}, []
+# Ops a region holds besides POINTWISE, which reshape or convert a loss's inputs (a segmentation loss's
+# one-hot target): name -> its function, and whether its non-tensor operands are numbers or a dtype
+STRUCTURAL = {"one_hot": torch.nn.functional.one_hot, "permute": torch.Tensor.permute, "to": torch.Tensor.to,
+              "float": torch.Tensor.float, "double": torch.Tensor.double}
+_STRUCTURAL_TARGETS = {torch.nn.functional.one_hot: "one_hot", torch._C._nn.one_hot: "one_hot",
+                       torch.permute: "permute"}
 
-        def ref(arg):
-            if not isinstance(arg, torch.fx.Node):
-                return _literal(arg)
-            if arg not in refs:
-                leaves.append(arg)
-                refs[arg] = f"a{len(leaves) - 1}"
-            return refs[arg]
-        order = [n for n in graph.nodes if n in region and n is not call]
-        for i, node in enumerate(order):
-            op = _op_name(node)
-            steps.append(op + "(" + ",".join(ref(a) for a in _operands(node, op)) + ")")
-            refs[node] = f"v{i}"
-        args = ",".join(ref(t) for t in tensors)
-        head, *rest = options.split(";")
-        kept = ";".join([head] + [p for p in rest if not p.startswith(("autograd=", "use_autogen="))])
-        text = "fused:" + " ".join(steps) + "|" + name + "(" + args + ")|" + kept
-        grads = {"autograd": "".join("1" if _value(a).requires_grad else "0" for a in leaves)} \
-            if "autograd=" in options else {}
-        with graph.inserting_before(call):
-            new = graph.call_function(_ops.call, (text, leaves, _ops.encode([], grads)))
-        new.meta.update(call.meta)
-        call.replace_all_uses_with(new)
-        for node in [call] + order[::-1]:
-            graph.erase_node(node)
-        done += 1
+
+def _structural(node):
+    """The STRUCTURAL name of a node whose operands the program can write (a tensor first, then ints, or
+    one dtype for `to`), or None."""
+    if node.kwargs or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return None
+    if node.op == "call_function":
+        name = _STRUCTURAL_TARGETS.get(node.target)
+    elif node.op == "call_method" and node.target in STRUCTURAL:
+        name = node.target
+    else:
+        return None
+    rest = node.args[1:]
+    if name == "to":
+        return name if len(rest) == 1 and isinstance(rest[0], torch.dtype) else None
+    if name in ("float", "double"):
+        return name if not rest else None
+    if name == "permute" and len(rest) == 1 and isinstance(rest[0], (tuple, list)):
+        rest = rest[0]
+    return name if all(type(a) is int for a in rest) else None
+
+
+def _operand_list(node):
+    """A region node's operands as its program step takes them."""
+    name = _op_name(node)
+    if name is not None:
+        return list(_operands(node, name))
+    args = list(node.args)
+    if _structural(node) == "permute" and len(args) == 2 and isinstance(args[1], (tuple, list)):
+        return [args[0], *args[1]]
+    return args
+
+
+def _absorbable(node):
+    """A producer the program can hold: a STRUCTURAL op, or a pointwise node whose floating output's tensor
+    operands have its shape or one element, its dtype, and whose other operands are numbers (what a traced
+    kernel reads without a broadcast of its own)."""
+    if _structural(node) is not None:
+        return isinstance(_value(node), torch.Tensor)
+    if _op_name(node) is None:
+        return False
+    out = _value(node)
+    if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+        return False
+    for arg in _operands(node, _op_name(node)):
+        if isinstance(arg, torch.fx.Node):
+            v = _value(arg)
+            if not isinstance(v, torch.Tensor) or v.dtype != out.dtype or \
+                    v.shape != out.shape and (v.numel() != 1 or v.dim() > out.dim()):
+                return False
+        elif type(arg) not in (int, float, bool):
+            return False
+    return True
+
+
+def _anchor(node):
+    """An autogen::call the pass builds a region around: a loss with use_autogen, or an @autogen_loss module."""
+    if node.op != "call_function" or node.target is not _ops.call:
+        return False
+    name, _, options = node.args
+    if name.startswith("module:"):
+        return True
+    return name in LOSSES and ";use_autogen=b1" in options and "|" not in options  # '|' splits the name
+
+
+def _combining(node, group):
+    """Whether a pointwise node combines loss results only (its tensor operands in `group`, or one
+    floating element from outside, a learned weight): it then joins their regions."""
+    name = _op_name(node)
+    if name is None or not isinstance(_value(node), torch.Tensor):
+        return False
+    ins = [a for a in _operands(node, name) if isinstance(a, torch.fx.Node)]
+    inside = [a for a in ins if a in group]
+    if not inside:
+        return False
+    for a in ins:
+        v = _value(a)
+        if a not in group and not (isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel() == 1):
+            return False
+    return all(type(a) in (int, float, bool) for a in _operands(node, name) if not isinstance(a, torch.fx.Node))
+
+
+def _regions(graph):
+    """Each anchor's region before producers are added: the anchor alone, or anchors whose results
+    pointwise ops combine into one value (a sum of two losses on the same logits, a weighted sum), with
+    those ops. Regions whose anchors share no tensor input stay apart: one kernel then reads nothing once."""
+    group = {}
+    for node in graph.nodes:
+        if _anchor(node):
+            group[node] = {node}
+        elif _combining(node, group):
+            merged = {node}.union(*(group[a] for a in node.args if isinstance(a, torch.fx.Node) and a in group))
+            for n in merged:
+                group[n] = merged
+    out, seen = [], set()
+    for region in group.values():
+        if id(region) in seen:
+            continue
+        seen.add(id(region))
+        anchors = [n for n in graph.nodes if n in region and _anchor(n)]
+        ends = [n for n in region if any(u not in region for u in n.users)]
+        if len(anchors) == 1 or len(ends) != 1 or not _share_inputs(anchors):
+            out.extend([{a} for a in anchors])
+        else:
+            out.append(region)
+    return out
+
+
+def _share_inputs(anchors):
+    """Whether the anchors' inputs, or what those are computed from by ops a region can hold, connect them
+    all (a tensor shared between each and the rest)."""
+    def sources(call):
+        seen, todo = set(), list(call.args[1])
+        while todo:
+            node = todo.pop()
+            if node not in seen:
+                seen.add(node)
+                if _absorbable(node):
+                    todo.extend(a for a in node.args if isinstance(a, torch.fx.Node))
+        return seen
+    reached, inputs = {anchors[0]}, sources(anchors[0])
+    rest = {a: sources(a) for a in anchors[1:]}
+    grew = True
+    while grew:
+        grew = False
+        for a, found in rest.items():
+            if a not in reached and inputs & found:
+                reached.add(a)
+                inputs |= found
+                grew = True
+    return len(reached) == len(anchors)
+
+
+def absorb(graph):
+    """Rewrite every region of `graph` (_regions) with producers to absorb or several anchors into one
+    autogen::call of a 'fused:' program; the number rewritten."""
+    done = 0
+    for region in _regions(graph):
+        if _rewrite(graph, region):
+            done += 1
+        elif len(region) > 1:  # a merge that cannot move: each anchor alone
+            done += sum(_rewrite(graph, {a}) for a in [n for n in graph.nodes if n in region and _anchor(n)])
     return done
 
 
+def _rewrite(graph, region):
+    """Replace `region` (anchors and the ops combining them), with the producers it can absorb, by one
+    'fused:' call; False where nothing would change or a node between could change what it computes."""
+    nodes = list(graph.nodes)
+    end = max(region, key=nodes.index)
+    region = set(region)
+    anchors = [n for n in nodes if n in region and _anchor(n)]
+    checked = set()
+    for call in anchors:
+        name, tensors, options = call.args
+        if not name.startswith("module:"):
+            checked |= {t for t, arg in zip(tensors, options.split(";")[0].split(","))
+                        if arg in CHECKED.get(name, ())}
+    before = nodes[:nodes.index(end)]
+    for node in reversed(before):
+        if node not in region and node.users and all(u in region for u in node.users) and \
+                node not in checked and _absorbable(node):
+            region.add(node)
+    if len(region) == 1:
+        return False
+    first = next(i for i, n in enumerate(before) if n in region)
+    if any(_barrier(n) for n in before[first:] if n not in region):
+        return False
+    leaves, refs, steps, sections = [], {}, [], []
+
+    def ref(arg):
+        if not isinstance(arg, torch.fx.Node):
+            return _literal(arg)
+        if arg not in refs:
+            leaves.append(arg)
+            refs[arg] = f"a{len(leaves) - 1}"
+        return refs[arg]
+    order = [n for n in nodes if n in region]
+    for i, node in enumerate(order):
+        if node in anchors:
+            name, tensors, options = node.args
+            head, *rest = options.split(";")
+            if not name.startswith("module:"):
+                sections.append(";".join([head] + [p for p in rest
+                                                   if not p.startswith(("autograd=", "use_autogen="))]))
+            steps.append(name + "(" + ",".join(ref(t) for t in tensors) + ")")
+        else:
+            op = _op_name(node) or _structural(node)
+            steps.append(op + "(" + ",".join(ref(a) for a in _operand_list(node)) + ")")
+        refs[node] = f"v{i}"
+    text = "fused:" + " ".join(steps) + "".join("|" + s for s in sections)
+    grads = {"autograd": "".join("1" if _value(a).requires_grad else "0" for a in leaves)} \
+        if any("autograd=" in a.args[2] for a in anchors) else {}
+    with graph.inserting_before(end):
+        new = graph.call_function(_ops.call, (text, leaves, _ops.encode([], grads)))
+    new.meta.update(end.meta)
+    end.replace_all_uses_with(new)
+    for node in order[::-1]:
+        graph.erase_node(node)
+    return True
+
+
 def _parse_arg(text):
-    return text if text[0] in "av" else _ops.decode_value(text)
+    if text[0] in "av":
+        return text
+    if text[0] == "d":
+        return getattr(torch, text[1:])
+    return _ops.decode_value(text)
 
 
 @functools.lru_cache(maxsize=None)
@@ -182,26 +333,39 @@ def _decorated():
 
 
 class Fused(torch.nn.Module):
-    """The producers and the loss of a 'fused:' name, run in order (decorated by `module`)."""
+    """The program of a 'fused:' name, its steps run in order (decorated by `module`): producers, losses
+    (each with its options, the name's sections after the steps, in order), @autogen_loss modules and the
+    pointwise ops combining them; the last step's value is the result."""
 
     def __init__(self, name):
         super().__init__()
         self.program = name  # a string attribute: part of the trace's key
-        steps, loss, options = name[len("fused:"):].split("|")
+        steps, *sections = name[len("fused:"):].split("|")
         self._steps = [(s[:s.index("(")], [_parse_arg(a) for a in s[s.index("(") + 1:-1].split(",") if a])
                        for s in steps.split()]
-        self._loss, self._args = loss[:loss.index("(")], loss[loss.index("(") + 1:-1].split(",")
-        names, kwargs, _ = _ops.decode(options)
-        if isinstance(kwargs.get("distance_function"), str):
-            kwargs = dict(kwargs, distance_function=_ops.distance_of(kwargs["distance_function"]))
-        self._names, self._kwargs = names, kwargs
+        self._options = []
+        for options in sections:
+            names, kwargs, _ = _ops.decode(options)
+            if isinstance(kwargs.get("distance_function"), str):
+                kwargs = dict(kwargs, distance_function=_ops.distance_of(kwargs["distance_function"]))
+            self._options.append((names, kwargs))
 
     def forward(self, *tensors):
         env = {f"a{i}": t for i, t in enumerate(tensors)}
+        options = iter(self._options)
         for i, (op, args) in enumerate(self._steps):
-            env[f"v{i}"] = POINTWISE[op](*[env[a] if isinstance(a, str) else a for a in args])
-        first, *rest = [env[a] for a in self._args]
-        return getattr(torch.nn.functional, self._loss)(first, **dict(zip(self._names[1:], rest)), **self._kwargs)
+            args = [env[a] if isinstance(a, str) else a for a in args]
+            if op in POINTWISE:
+                out = POINTWISE[op](*args)
+            elif op in STRUCTURAL:
+                out = STRUCTURAL[op](*args)
+            elif op.startswith("module:"):
+                out = _ops.live_module(op)(*args)
+            else:
+                names, kwargs = next(options)
+                out = getattr(torch.nn.functional, op)(args[0], **dict(zip(names[1:], args[1:])), **kwargs)
+            env[f"v{i}"] = out
+        return out
 
 
 # False: Inductor compiles graphs without the pass (our loss then a fusion boundary, as on aot_eager)

@@ -124,6 +124,14 @@ def register_module(module):
     module.__dict__["_autogen_key"] = key
 
 
+def live_module(name):
+    """The module a 'module:<key>' name gives."""
+    module = MODULES.get(int(name[len("module:"):]))
+    if module is None:
+        raise RuntimeError(f"autogen::call: the @autogen_loss module of {name!r} no longer exists")
+    return module
+
+
 call = torch.ops.autogen.call.default
 call_backward = torch.ops.autogen.call_backward.default
 

@@ -22,17 +22,14 @@ import torch
 from torch.autograd.graph import get_gradient_edge
 
 from . import functional, inductor_pass, inline
-from .opcall import LIBRARY, MODULES, decode, distance_of
+from .opcall import LIBRARY, decode, distance_of, live_module
 from .policies import tracing_scope
 
 
 def _module(name):
     if name.startswith("fused:"):  # a loss with its inputs' producers (inductor_pass.py): the name is its program
         return inductor_pass.module(name)
-    module = MODULES.get(int(name[len("module:"):]))
-    if module is None:
-        raise RuntimeError(f"autogen::call: the @autogen_loss module of {name!r} no longer exists")
-    return module
+    return live_module(name)
 
 
 # -- the operators' implementations -------------------------------------------------------------

@@ -8,6 +8,7 @@ import io
 
 import pytest
 import torch
+from hypothesis import Phase, given, settings, strategies as st
 import torch.nn.functional as TF
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.testing import CompileCounterWithBackend
@@ -381,7 +382,10 @@ def test_opcheck():
         ("leaky_relu", [x], ops.encode(["input"], {"negative_slope": 0.2})),
         ("prelu", [x, (torch.rand(7) * 0.3).requires_grad_()], ops.encode(["input", "weight"], {})),
         (f"module:{module._autogen_key}", [logits, t], ""),
-        ("fused:mul(a0,a1) add(v0,f0x1.0p-1)|mse_loss(v1,a2)|input,target;reduction=ssum",
+        (f"fused:one_hot(a1,i7) to(v0,dfloat32) cross_entropy(a0,a1) module:{module._autogen_key}(a0,a1) "
+         "mse_loss(a0,v1) mul(v3,f0x1.0p-1) add(v2,v5) add(v6,v4)|input,target;reduction=smean|input,target",
+         [logits, t], ""),
+        ("fused:mul(a0,a1) add(v0,f0x1.0p-1) mse_loss(v1,a2)|input,target;reduction=ssum",
          [x, torch.tensor(0.5, requires_grad=True), y], ""),
     ]
     for name, tensors, options in samples:
@@ -497,7 +501,7 @@ def test_the_pass_absorbs_producers_into_every_loss(k, name):
         assert text == name and {c.op for c in rec.calls} == {name}, (text, rec.calls)
         return
     steps = [step.split("(")[0] for step in text[len("fused:"):].split("|")[0].split()]
-    assert text.startswith("fused:") and sorted(steps) == sorted(expect), text
+    assert text.startswith("fused:") and steps[-1] == name and sorted(steps[:-1]) == sorted(expect), text
     assert not any("mul" in str(t) or "sigmoid" in str(t) for g in graphs.forward for t in g), graphs.forward
     assert {(c.op, c.path, c.fused, c.phase) for c in rec.calls} == {
         ("Fused", "autogen", True, "forward"), ("Fused", "autogen", True, "backward")}, rec.calls
@@ -525,8 +529,92 @@ def test_the_pass_leaves_what_it_cannot_absorb():
     _compare(losses, [((x, t), {})], graphs)  # one kernel for the five mse_loss calls left as they were
     names = graphs.names()
     assert names[:5] == ["mse_loss"] * 5 and names[5] == \
-        "fused:mul(a0,f0x1.8000000000000p+1)|mse_loss(a1,v0)|input,target;reduce=n;reduction=smean;" \
+        "fused:mul(a0,f0x1.8000000000000p+1) mse_loss(a1,v0)|input,target;reduce=n;reduction=smean;" \
         "size_average=n;weight=n", names
+
+
+class _SoftDice(torch.nn.Module):
+    """A soft Dice term of class probabilities against a one-hot target (an @autogen_loss module below)."""
+    def forward(self, logits, onehot):
+        p = torch.softmax(logits, dim=1)
+        return 1 - (2 * (p * onehot).sum() + 1) / (p.sum() + onehot.sum() + 1)
+
+
+_Dice = autogen.autogen_loss(type("_Dice", (_SoftDice,), {}))
+
+# loss terms of logits x (N, C, *S), class targets t and their one-hot target oh (N, C, *S): ours, torch's
+_TERMS = {
+    "ce": (lambda x, t, oh, d: AF.cross_entropy(x, t, use_autogen=True), lambda x, t, oh: TF.cross_entropy(x, t)),
+    "ce_smooth": (lambda x, t, oh, d: AF.cross_entropy(x, t, label_smoothing=0.1, use_autogen=True),
+                  lambda x, t, oh: TF.cross_entropy(x, t, label_smoothing=0.1)),
+    "bce": (lambda x, t, oh, d: AF.binary_cross_entropy_with_logits(x, oh, use_autogen=True),
+            lambda x, t, oh: TF.binary_cross_entropy_with_logits(x, oh)),
+    "mse_sigmoid": (lambda x, t, oh, d: AF.mse_loss(torch.sigmoid(x), oh, use_autogen=True),
+                    lambda x, t, oh: TF.mse_loss(torch.sigmoid(x), oh)),
+    "dice": (lambda x, t, oh, d: d(x, oh), lambda x, t, oh: _SoftDice()(x, oh)),
+}
+
+
+@settings(max_examples=14, deadline=None, derandomize=True, phases=[Phase.generate])  # compiles: no shrinking
+@given(st.lists(st.sampled_from(sorted(_TERMS)), min_size=2, max_size=3), st.sampled_from([(), (3,), (4, 5)]),
+       st.integers(1, 4), st.integers(2, 6), st.lists(st.sampled_from(["1", "0.5", "w"]), min_size=3, max_size=3),
+       st.booleans(), st.booleans())
+def test_losses_of_the_same_logits_summed_become_one_fused_call(terms, spatial, n, c, weights, tail, escapes):
+    """Generated sums of loss terms (weighted by numbers or a learned scalar) of the same logits, a
+    one-hot target built in the graph, a pointwise tail before them: the pass makes them one 'fused:' call
+    holding every term (unless a term's value is also returned: then each stays its own call), and the
+    values and every gradient (the learned scalars' too) are torch's own eagerly."""
+    torch._dynamo.reset()  # each example compiles afresh (one test: the fixture resets once)
+    torch.manual_seed(n * 10 + c)
+    x = torch.randn(n, c, *spatial, dtype=torch.float64, requires_grad=True)
+    t = torch.randint(0, c, (n, *spatial))
+    w = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    scale = torch.tensor(1.3, dtype=torch.float64, requires_grad=True)
+    dice = _Dice(use_autogen=True)
+
+    def model(ours):
+        def run(calls):
+            (x, t, w, scale), _ = calls[0]
+            h = torch.tanh(x) * scale if tail else x
+            oh = TF.one_hot(t, c)
+            if spatial:
+                oh = oh.permute(0, len(spatial) + 1, *range(1, len(spatial) + 1))
+            oh = oh.to(x.dtype)
+            values = [_TERMS[k][0](h, t, oh, dice) if ours else _TERMS[k][1](h, t, oh) for k in terms]
+            total = 0
+            for v, k in zip(values, weights):
+                total = total + (w * v if k == "w" else float(k) * v)
+            return [total, values[0]] if escapes else [total]
+        return run
+
+    graphs = Absorbing()
+    calls = [((x, t, w, scale), {})]
+    compiled = torch.compile(model(True), fullgraph=True, backend=graphs.backend)
+    with autogen.record() as rec:
+        got = compiled(calls)
+        got_grads = torch.autograd.grad(sum(g.sum() * (1.5 + k) for k, g in enumerate(got)), [x, w, scale],
+                                        allow_unused=True)
+    want = model(False)(calls)
+    want_grads = torch.autograd.grad(sum(g.sum() * (1.5 + k) for k, g in enumerate(want)), [x, w, scale],
+                                     allow_unused=True)
+    for k, (a, b) in enumerate(zip(got, want)):
+        _close(a, b, torch.float64, f"output {k}")
+    for k, (a, b) in enumerate(zip(got_grads, want_grads)):
+        assert (a is None) == (b is None), k
+        if b is not None:
+            _close(a, b, torch.float64, f"gradient {k}")
+    names = graphs.names()
+    if escapes:
+        assert len(names) == len(terms), names
+        return
+    (text,) = names
+    steps = [step.split("(")[0] for step in text[len("fused:"):].split("|")[0].split()]
+    want_steps = ["binary_cross_entropy_with_logits" if k == "bce" else "mse_loss" if k == "mse_sigmoid" else
+                  f"module:{dice._autogen_key}" if k == "dice" else "cross_entropy" for k in terms]
+    assert text.startswith("fused:") and sorted(s for s in steps if s in want_steps + ["cross_entropy"]) == \
+        sorted(want_steps) and ("one_hot" in steps) == any(k not in ("ce", "ce_smooth") for k in terms) and \
+        ("tanh" in steps) == tail, text
+    assert {(c.op, c.path) for c in rec.calls} == {("Fused", "autogen")}, rec.calls
 
 
 class _Tail(torch.nn.Module):
@@ -547,7 +635,7 @@ def test_inductor_runs_the_pass():
     the fused program, forward and backward, and three SGD steps match eager."""
     code = _train_against_eager(_Tail(), 3, {"backend": "inductor"},
                                 lambda step: (torch.randn(64, 8), torch.randn(64, 8)))
-    assert code.count("torch.ops.autogen.call.default('fused:tanh(a0) mul(v0,a1) add(v1,a2)|huber_loss(") == 1, code
+    assert code.count("torch.ops.autogen.call.default('fused:tanh(a0) mul(v0,a1) add(v1,a2) huber_loss(") == 1, code
     assert "cpp_fused" not in code, code  # Inductor compiled none of it itself
     assert code.count("torch.ops.autogen.call_backward.default(") == 1, code
 
