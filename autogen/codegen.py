@@ -231,7 +231,7 @@ def render(spec, cache=True, parallel=False):
     for p in sched.passes:
         body = _render_pass(spec, p, p.depth, lanes, idx, line, part_index, cf, rt)
         before, fold = scalar_lines(p.scalars), []
-        before += [f"__row{idx[n.digest]} = __np.empty(__R, {_DTYPES[n.kind]})" for n in p.stores]
+        before += [f"__row{idx[n.digest]} = __np.empty(__R, {_DTYPES[n.kind]})" for n in p.stores] + body.pop("hoist")
         if cf and p.index == 0:  # lanes per block: the block's C x lanes elements about fit in L1
             before = ["__I = __R" if rt else "__I = p___inner", f"__B = min(__I, max({_LANES_MIN}, min({_LANES_MAX}, {_BLOCK_ELEMS} // max(__C, 1))))",
                       "__NI = (__I + __B - 1) // __B if __B else 0", "__NQ = __R // __I * __NI if __I else 0"] + before
@@ -407,6 +407,26 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False, rt=Fals
     keys = sorted(loops)
     needs = {key: closure([m for m, _ in loops[key]["sinks"]], set(taken)) for key in keys}
     loads = {key: {d: f"{names[d]} = __o{j}{E}" for d, j in taken.items() if d in needs[key]} for key in keys}
+    # a costly value that varies along the columns only (lgamma of a per-class parameter) is computed once
+    # per column before the rows, into an array the loops read, not once per element
+    hoist, hoisted = [], set()
+    for n in order:
+        d = n.digest
+        if n.level != COL or inline(n) or n.op not in PRIMS or PRIMS[n.op].cost < _STASH_COST or \
+                not any(d in needs[key] and d not in loads[key] for key in keys):
+            continue
+        cl = closure([n], hoisted)
+        if any(_group(order[idx[m]]) == "reduce_col" for m in cl):  # a sum over this pass's rows: not yet known
+            continue
+        h = f"__h{idx[d]}"
+        hoist += [f"{h} = __np.empty(__C, {_DTYPES[n.kind]})", "for __j in range(__C):"]
+        hoist += [f"    {names[m]} = __h{idx[m]}[__j]" if m in hoisted else f"    {line(order[idx[m]], names, 'row')}"
+                  for m in sorted(cl, key=idx.get)] + [f"    {h}[__j] = {names[d]}"]
+        hoisted.add(d)
+        for key in keys:
+            if d in needs[key] and d not in loads[key]:
+                loads[key][d] = f"{names[d]} = {h}[__j]"
+                needs[key] = closure([m for m, _ in loops[key]["sinks"]], set(loads[key]))
     for d, j in taken.items():
         if any(key > out_pass[j] and d in needs[key] for key in keys):
             raise ScheduleError(f"{spec.label}: a value kept in output {j} is read after that output is written")
@@ -509,7 +529,7 @@ def _render_pass(spec, p, depth, names, idx, line, part_index, cf=False, rt=Fals
         lp["head"] = head[:-1] + [f"    __s{k} = __zero" for k in sums] + head[-1:]
         lp["tail"] = [f"    __c{k}[__b, __j] += __s{k}" for k in sums]
         lp["pad"] = " " * (8 if cf else 4)
-    return dict(row_begin=row_begin, loops=out, row_end=row_end, **({"allocs": allocs} if cf else {}))
+    return dict(row_begin=row_begin, loops=out, row_end=row_end, hoist=hoist, **({"allocs": allocs} if cf else {}))
 
 
 def _loops(loops, after, nloops):

@@ -3,11 +3,12 @@
 with random aliasing between the inputs, each compared with eager. Whatever the tracer accepts must be right;
 whatever it cannot express must be refused (one warning, then eager)."""
 import os
+import re
 import warnings
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 import autogen
 
@@ -189,3 +190,68 @@ def test_random_programs_in_their_parallel_kernels_compile_and_give_eagers_numbe
             assert gi is None or not gi.any(), source
         else:
             assert_matches(gi, wi, magnitude(wi.shape, [a, b]), what="gradient: " + source)
+
+
+# -- values that vary along the class dim only (a per-class buffer through costly functions: lgamma of a
+# prior), computed once per class before the rows, beside per-element values ----------------------------
+COL_COSTLY = ["torch.lgamma({0}.abs() + 0.5)", "torch.log({0}.abs() + 0.1)", "torch.exp(-{0}.abs())",
+              "torch.digamma({0}.abs() + 1.0)", "torch.sqrt({0}.abs() + 0.01)", "torch.tanh({0})", "torch.erf({0})",
+              "({0} * 0.5 + 1.0)"]
+# the loss over the class dim (dim 1: the last of a 2-D input, channel-first of a 4-D one), or whole
+CLASS_FINAL = ["{0}.mean()", "torch.logsumexp({0}, 1).mean()", "{0}.log_softmax(1).mean()",
+               "torch.nn.functional.cross_entropy({0}, y)", "({0}.softmax(1) * {1}).sum(1).mean()"]
+
+
+@settings(max_examples=30 * SCALE, derandomize=not LONG, database=None, deadline=None,
+          suppress_health_check=list(HealthCheck), phases=[Phase.generate])  # each example compiles: no shrinking
+@given(st.lists(st.sampled_from(COL_COSTLY), min_size=1, max_size=3), st.sampled_from(BINARY),
+       st.sampled_from(UNARY + ["{0}"]), st.sampled_from(CLASS_FINAL),
+       st.sampled_from([(1, 3), (5, 1), (5, 7), (64, 11), (3, 5, 2, 3), (2, 7, 4, 4)]),
+       st.sampled_from([torch.float32, torch.float64]), st.booleans())
+def test_per_class_values_of_costly_functions_give_eagers_numbers(col_ops, binary, unary, final, shape, dtype,
+                                                                   parallel):
+    """Random programs of a per-class buffer through costly functions (each class's value computed once,
+    before the rows), combined with the per-element input and reduced over the classes; serial and
+    parallel kernels, every layout (rows along, rows across, channel-first): fused, with eager's values and
+    gradients."""
+    from autogen import launch
+    col = "self.p"
+    lines = []
+    for i, op in enumerate(col_ops):
+        lines.append(f"c{i} = {op.format(col)}")
+        col = f"c{i}"
+    lines.append(f"v = {unary.format(binary.format('a', col))}")
+    lines.append("return " + final.format("v", col))
+    source = "class M(torch.nn.Module):\n    def __init__(self, p):\n        super().__init__()\n" \
+        "        self.register_buffer('p', p)\n    def forward(self, a, y):\n" + \
+        "".join(f"        {line}\n" for line in lines)
+    env = {"torch": torch}
+    exec(source, env)  # noqa: S102 - a generated test program
+    cls = env["M"]
+    g = torch.Generator().manual_seed(len(source))
+    C = shape[1]
+    a = torch.randn(shape, dtype=dtype, generator=g)
+    p = torch.randn((C,) + (1,) * (len(shape) - 2), dtype=dtype, generator=g)
+    y = torch.randint(0, C, (shape[0],) + shape[2:], generator=g)
+    want_a = a.clone().requires_grad_()
+    ref = cls(p)(want_a, y)
+    (want,) = torch.autograd.grad(ref, [want_a])
+    got_a = a.clone().requires_grad_()
+    fused = autogen.autogen_loss(type("F", (cls,), {}))(p, use_autogen=True)
+    saved = launch._PAR_ELEMENTS
+    launch._PAR_ELEMENTS = 0 if parallel else saved
+    try:
+        with warnings.catch_warnings(record=True) as caught, autogen.policy("aggressive"), autogen.record() as rec:
+            warnings.simplefilter("always")
+            out = fused(got_a, y)
+            (got,) = torch.autograd.grad(out, [got_a])
+    finally:
+        launch._PAR_ELEMENTS = saved
+    assert not caught and {(c.path, c.fused) for c in rec.calls} == {("autogen", True)}, \
+        (source, [str(m.message) for m in caught], rec.calls)
+    assert_matches(out, ref, magnitude(ref.shape, [a, p]), what=source)
+    assert_matches(got, want, magnitude(want.shape, [a, p]), what="gradient: " + source)
+    if final != CLASS_FINAL[0] and C > 1 and a.numel() > C and any(op != COL_COSTLY[-1] for op in col_ops):  # over the classes: a
+        # costly per-class value is an array filled before the rows
+        with autogen.policy("aggressive"):
+            assert re.search(r"__h\d+ = __np.empty\(__C", str(autogen.explain(fused, got_a, y))), source
