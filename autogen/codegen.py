@@ -247,13 +247,17 @@ def render(spec, cache=True, parallel=False):
             for n in p.col_reduces:
                 k = idx[n.digest]
                 before.append(f"__c{k} = __np.zeros((__NB, __C), __np.float64)")
-                fold += [f"__cv{k} = __np.empty(__C, __F)", "for __j in range(__C):", "    __s = __np.float64(0.0)",
-                         "    for __q in range(__NB):", f"        __s += __c{k}[__q, __j]", f"    __cv{k}[__j] = __F(__s)"]
+                fold += [f"__cv{k} = __np.empty(__C, __F)", "for __j in range(__C):", "    __acc = __np.float64(0.0)",
+                         "    for __q in range(__NB):", f"        __acc += __c{k}[__q, __j]", f"    __cv{k}[__j] = __F(__acc)"]
         else:
             head = [f"for __q in {loop}(__NQ):"] if cf else [f"for __r in {loop}(__r0, __r1):"]
         pad = " " * (4 + 4 * (2 if p.col_reduces or cf else 1))
         passes.append(dict(before=before, head=head, pad=pad, fold=fold, **body))
     post = scalar_lines(sched.post) + [f"out_{j}[0] = {names[spec.outputs[j][0].digest]}" for j in sched.scalar_outputs]
+    for j in sched.col_outputs:  # per column, from the passes' column sums (loaded: line) and per-column inputs
+        n = spec.outputs[j][0]
+        post += ["for __j in range(__C):"] + [f"    {line(m, names, 'row')}" for m in _col_closure(n, idx)]
+        post.append(f"    out_{j}[__j] = {names[n.digest]}")
     # each input as (address, length, a zero of its element type): the launch passes a tensor's data_ptr()
     # where making a numpy view costs more than the kernel; the kernel reads it as an array
     args = [f"in_{n.attr}__{k}" for n in spec.inputs for k in "anz"] + [f"p_{n.attr}" for n in spec.params]
@@ -271,6 +275,24 @@ def render(spec, cache=True, parallel=False):
 # too short to pay for its setup (docs/performance.md)
 _LANES_MIN, _LANES_MAX, _BLOCK_ELEMS = 128, 512, 32768
 _DTYPES = {"f": "__F", "i": "__np.int64", "b": "__np.bool_"}
+
+
+def _col_closure(node, idx):
+    """The per-column values `node` is computed from, in graph order (`idx`), a column sum's arguments left
+    out (its pass summed them)."""
+    seen, out, stack = set(), [], [node]
+    while stack:
+        n = stack.pop()
+        if n.digest in seen:
+            continue
+        seen.add(n.digest)
+        if _group(n) == "identity":
+            stack.append(n.args[0])
+        elif n.level == COL and not _inline(n):
+            out.append(n)
+            if _group(n) != "reduce_col":
+                stack.extend(n.args)
+    return sorted(out, key=lambda n: idx[n.digest])
 
 
 def _per_col(n):

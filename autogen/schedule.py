@@ -108,6 +108,8 @@ class Schedule:
     post: list              # scalar values (and folds) after the last pass
     scalar_outputs: list    # indices of outputs written at the end
     stage: dict
+    col_outputs: list = field(default_factory=list)  # per-column outputs written at the end (a per-class
+    # parameter's gradient, from its column sums)
 
     def describe(self, spec):
         """One line per pass: what it reads, computes, reduces and writes."""
@@ -135,9 +137,9 @@ class Schedule:
             if p.takes:
                 parts.append("takes back " + ", ".join(f"{names[n.digest]} from out{j}" for n, j in p.takes))
             lines.append("; ".join(parts))
-        if self.scalar_outputs or self.post:
+        if self.scalar_outputs or self.post or self.col_outputs:
             scalars = "the scalars " + ", ".join(names[n.digest] for n in self.post) + "; " if self.post else ""
-            lines.append(f"end: {scalars}writes " + ", ".join(outs[j] for j in self.scalar_outputs))
+            lines.append(f"end: {scalars}writes " + ", ".join(outs[j] for j in self.scalar_outputs + self.col_outputs))
         return lines
 
 
@@ -155,7 +157,7 @@ def _sinks(spec, order, late):
     stage = stages(order, late)
     sinks = {}  # pass -> nodes it must produce
     for j, (n, level) in enumerate(spec.outputs):
-        if level != SCALAR:
+        if level not in (SCALAR, COL):  # a per-column output is written at the end, from the column sums
             sinks.setdefault(stage[n.digest], []).append(n)
     late_sums = [n for n in order if group(n) == "reduce_all" and n.digest in late]
     col_sums = [n for n in order if group(n) == "reduce_col"]
@@ -269,7 +271,8 @@ def build(spec):
         p.col_reduces = [n for n in col_sums if stage[n.args[0].digest] == p.index]
         p.reads = sorted({n.attr for n in p.nodes if n.op == "input"})
     for j, (n, level) in enumerate(spec.outputs):
-        if level != SCALAR:
+        if level not in (SCALAR, COL):
             passes[stage[n.digest]].writes.append(j)
     scalar_outputs = [j for j, (n, level) in enumerate(spec.outputs) if level == SCALAR]
-    return Schedule(prelude, passes, post, scalar_outputs, stage)
+    col_outputs = [j for j, (n, level) in enumerate(spec.outputs) if level == COL]
+    return Schedule(prelude, passes, post, scalar_outputs, stage, col_outputs)

@@ -277,7 +277,7 @@ class _Lowering:
             lvl = None
         # partial broadcasts, and per-column tensors that require grad (a row pass cannot write their gradient,
         # a sum over the rows): materialized, autograd sums the gradient back over the broadcast
-        if lvl is None or lvl == COL and t.requires_grad:
+        if lvl is None:
             how, lvl, over = _then(how, "expand"), ELEM, True
         node = inp(name, lvl, kind)
         self.inputs.append((node, i, how))

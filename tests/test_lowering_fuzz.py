@@ -207,12 +207,13 @@ CLASS_FINAL = ["{0}.mean()", "torch.logsumexp({0}, 1).mean()", "{0}.log_softmax(
 @given(st.lists(st.sampled_from(COL_COSTLY), min_size=1, max_size=3), st.sampled_from(BINARY),
        st.sampled_from(UNARY + ["{0}"]), st.sampled_from(CLASS_FINAL),
        st.sampled_from([(1, 3), (5, 1), (5, 7), (64, 11), (3, 5, 2, 3), (2, 7, 4, 4)]),
-       st.sampled_from([torch.float32, torch.float64]), st.booleans())
+       st.sampled_from([torch.float32, torch.float64]), st.booleans(), st.booleans())
 def test_per_class_values_of_costly_functions_give_eagers_numbers(col_ops, binary, unary, final, shape, dtype,
-                                                                   parallel):
-    """Random programs of a per-class buffer through costly functions (each class's value computed once,
-    before the rows), combined with the per-element input and reduced over the classes; serial and
-    parallel kernels, every layout (rows along, rows across, channel-first): fused, with eager's values and
+                                                                   parallel, learned):
+    """Random programs of a per-class buffer or learned parameter through costly functions (each class's
+    value computed once, before the rows; a parameter's gradient summed over the rows per class in the
+    kernel), combined with the per-element input and reduced over the classes; serial and parallel
+    kernels, every layout (rows along, rows across, channel-first): fused, with eager's values and
     gradients."""
     from autogen import launch
     col = "self.p"
@@ -222,9 +223,9 @@ def test_per_class_values_of_costly_functions_give_eagers_numbers(col_ops, binar
         col = f"c{i}"
     lines.append(f"v = {unary.format(binary.format('a', col))}")
     lines.append("return " + final.format("v", col))
-    source = "class M(torch.nn.Module):\n    def __init__(self, p):\n        super().__init__()\n" \
-        "        self.register_buffer('p', p)\n    def forward(self, a, y):\n" + \
-        "".join(f"        {line}\n" for line in lines)
+    keep = "self.p = torch.nn.Parameter(p)" if learned else "self.register_buffer('p', p)"
+    source = f"class M(torch.nn.Module):\n    def __init__(self, p):\n        super().__init__()\n        {keep}\n" \
+        "    def forward(self, a, y):\n" + "".join(f"        {line}\n" for line in lines)
     env = {"torch": torch}
     exec(source, env)  # noqa: S102 - a generated test program
     cls = env["M"]
@@ -234,24 +235,26 @@ def test_per_class_values_of_costly_functions_give_eagers_numbers(col_ops, binar
     p = torch.randn((C,) + (1,) * (len(shape) - 2), dtype=dtype, generator=g)
     y = torch.randint(0, C, (shape[0],) + shape[2:], generator=g)
     want_a = a.clone().requires_grad_()
-    ref = cls(p)(want_a, y)
-    (want,) = torch.autograd.grad(ref, [want_a])
+    module = cls(p.clone())
+    ref = module(want_a, y)
+    want = torch.autograd.grad(ref, [want_a] + list(module.parameters()))
     got_a = a.clone().requires_grad_()
-    fused = autogen.autogen_loss(type("F", (cls,), {}))(p, use_autogen=True)
+    fused = autogen.autogen_loss(type("F", (cls,), {}))(p.clone(), use_autogen=True)
     saved = launch._PAR_ELEMENTS
     launch._PAR_ELEMENTS = 0 if parallel else saved
     try:
         with warnings.catch_warnings(record=True) as caught, autogen.policy("aggressive"), autogen.record() as rec:
             warnings.simplefilter("always")
             out = fused(got_a, y)
-            (got,) = torch.autograd.grad(out, [got_a])
+            got = torch.autograd.grad(out, [got_a] + list(fused.parameters()))
     finally:
         launch._PAR_ELEMENTS = saved
     assert not caught and {(c.path, c.fused) for c in rec.calls} == {("autogen", True)}, \
         (source, [str(m.message) for m in caught], rec.calls)
     assert_matches(out, ref, magnitude(ref.shape, [a, p]), what=source)
-    assert_matches(got, want, magnitude(want.shape, [a, p]), what="gradient: " + source)
-    if final != CLASS_FINAL[0] and C > 1 and a.numel() > C and any(op != COL_COSTLY[-1] for op in col_ops):  # over the classes: a
-        # costly per-class value is an array filled before the rows
+    for gi, wi in zip(got, want):
+        assert_matches(gi, wi, magnitude(wi.shape, [a, p]), what="gradient: " + source)
+    if final != CLASS_FINAL[0] and C > 1 and a.numel() > C and any(op != COL_COSTLY[-1] for op in col_ops):
+        # reduced over the classes: a costly per-class value is an array filled before the rows
         with autogen.policy("aggressive"):
             assert re.search(r"__h\d+ = __np.empty\(__C", str(autogen.explain(fused, got_a, y))), source
