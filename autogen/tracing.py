@@ -938,6 +938,12 @@ def _scatter(low, n, x, dim, index, src, *, reduce=None):
             tuple(iv.shape) != tuple(1 if d == dim % len(xv.shape) else s for d, s in enumerate(xv.shape)) or \
             (isinstance(src, torch.fx.Node) and tuple(sv.shape) != tuple(iv.shape)):
         raise Unsupported("a scatter other than one element per row along the last dimension", "")
+    if isinstance(src, torch.fx.Node) and not sv.over and (_FLAT in sv.axes or any(
+            a is not None and a != b for d, (a, b) in enumerate(zip(sv.axes, xv.axes)) if d != dim % len(xv.shape))
+            or low.norm(low.level(sv.axes)) != low.norm(sv.node.level)):
+        # a source along other axes than the rows it is written into (a (N,) value broadcast along the
+        # columns, then unsqueezed per row when N == C): its level would give each row the wrong element
+        raise Unsupported("a scatter of values that are not one per row", "")
     idx = low.index_input(iv.node)
     return V(A("where", A("eq", iota(), idx), sv.node, xv.node), xv.shape, xv.axes)
 
