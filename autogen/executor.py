@@ -4,6 +4,7 @@ fused autogen: the whole graph in one generated kernel (the gradient of a scalar
 written in the same pass; backward only scales it). primitive: op by op, each primitive
 through a handwritten, generated or torch kernel as the policy picks. fallback: torch ops.
 """
+import collections
 import functools
 import dataclasses
 
@@ -500,6 +501,10 @@ def _differentiable_grads(ctx, gout):
         tensors = ctx.saved_tensors
     wrt = [i for i, need in enumerate(ctx.needs) if need]
     shapes = _shapes(ctx)
+    # one tensor read as several inputs (a per-class parameter in two places of the loss): a view per
+    # reading, so each input's gradient is its own part, as the kernels give it (autograd sums them)
+    count = collections.Counter(id(t) for t in tensors)
+    tensors = [t.view_as(t) if count[id(t)] > 1 else t for t in tensors]
     if ctx.from_output:  # grad_output times a function of the output, in torch ops: differentiable through
         return _grads_from_output(ctx, tensors[0], gout, wrt)  # the output, as torch's sigmoid backward
     with torch.enable_grad():

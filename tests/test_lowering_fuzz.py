@@ -207,9 +207,9 @@ CLASS_FINAL = ["{0}.mean()", "torch.logsumexp({0}, 1).mean()", "{0}.log_softmax(
 @given(st.lists(st.sampled_from(COL_COSTLY), min_size=1, max_size=3), st.sampled_from(BINARY),
        st.sampled_from(UNARY + ["{0}"]), st.sampled_from(CLASS_FINAL),
        st.sampled_from([(1, 3), (5, 1), (5, 7), (64, 11), (3, 5, 2, 3), (2, 7, 4, 4)]),
-       st.sampled_from([torch.float32, torch.float64]), st.booleans(), st.booleans())
+       st.sampled_from([torch.float32, torch.float64]), st.booleans(), st.booleans(), st.booleans())
 def test_per_class_values_of_costly_functions_give_eagers_numbers(col_ops, binary, unary, final, shape, dtype,
-                                                                   parallel, learned):
+                                                                   parallel, learned, twice):
     """Random programs of a per-class buffer or learned parameter through costly functions (each class's
     value computed once, before the rows; a parameter's gradient summed over the rows per class in the
     kernel), combined with the per-element input and reduced over the classes; serial and parallel
@@ -222,6 +222,8 @@ def test_per_class_values_of_costly_functions_give_eagers_numbers(col_ops, binar
         lines.append(f"c{i} = {op.format(col)}")
         col = f"c{i}"
     lines.append(f"v = {unary.format(binary.format('a', col))}")
+    if twice:  # the buffer or parameter read a second time
+        lines.append("v = v + self.p")
     lines.append("return " + final.format("v", col))
     keep = "self.p = torch.nn.Parameter(p)" if learned else "self.register_buffer('p', p)"
     source = f"class M(torch.nn.Module):\n    def __init__(self, p):\n        super().__init__()\n        {keep}\n" \
@@ -254,6 +256,11 @@ def test_per_class_values_of_costly_functions_give_eagers_numbers(col_ops, binar
     assert_matches(out, ref, magnitude(ref.shape, [a, p]), what=source)
     for gi, wi in zip(got, want):
         assert_matches(gi, wi, magnitude(wi.shape, [a, p]), what="gradient: " + source)
+    if learned:  # create_graph=True: the gradients as torch ops, differentiable again
+        with autogen.policy("aggressive"):
+            got = torch.autograd.grad(fused(got_a, y), [got_a] + list(fused.parameters()), create_graph=True)
+        for gi, wi in zip(got, want):
+            assert_matches(gi, wi, magnitude(wi.shape, [a, p]), what="create_graph gradient: " + source)
     if final != CLASS_FINAL[0] and C > 1 and a.numel() > C and any(op != COL_COSTLY[-1] for op in col_ops):
         # reduced over the classes: a costly per-class value is an array filled before the rows
         with autogen.policy("aggressive"):
