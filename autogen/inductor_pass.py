@@ -105,7 +105,7 @@ def _literal(value):
 
 
 # Ops a region holds besides POINTWISE, which reshape or convert a loss's inputs (a segmentation loss's
-# one-hot target): name -> its function, and whether its non-tensor operands are numbers or a dtype
+# one-hot target): name -> its function
 STRUCTURAL = {"one_hot": torch.nn.functional.one_hot, "permute": torch.Tensor.permute, "to": torch.Tensor.to,
               "float": torch.Tensor.float, "double": torch.Tensor.double}
 _STRUCTURAL_TARGETS = {torch.nn.functional.one_hot: "one_hot", torch._C._nn.one_hot: "one_hot",
@@ -128,6 +128,8 @@ def _structural(node):
         return name if len(rest) == 1 and isinstance(rest[0], torch.dtype) else None
     if name in ("float", "double"):
         return name if not rest else None
+    if name == "one_hot" and (len(rest) != 1 or type(rest[0]) is not int or rest[0] < 0):
+        return None  # one_hot(t) counts the classes from the data: not inside a traced kernel
     if name == "permute" and len(rest) == 1 and isinstance(rest[0], (tuple, list)):
         rest = rest[0]
     return name if all(type(a) is int for a in rest) else None
