@@ -213,9 +213,8 @@ def render(spec, cache=True, parallel=False):
                 out += [f"    {line(m, names, lane_mode + '1' if cf else 'row')}" for m in rows]
                 out += [f"    {v} = " + (prim.fold or prim.combine).format(names[arg.digest], acc=v), f"{v} = __F({v})"]
             elif _per_col(n):  # a whole-tensor reduction of a per-column value: over the columns, once
-                cols = [m for m in toposort([n.args[0]]) if m.level == COL and not _inline(m)]
                 out += [f"{v} = __np.float64({prim.init})", "for __j in range(__C):"]
-                out += [f"    {line(m, names, 'row')}" for m in cols]
+                out += [f"    {line(m, names, 'row')}" for m in _col_closure(n.args[0], idx)]
                 out += [f"    {v} = " + (prim.fold or prim.combine).format(names[n.args[0].digest], acc=v),
                         f"{v} = __F({v})"]  # (fold: maxnum takes one type, the float64 accumulator is another)
             elif _group(n) == "reduce_all":  # the per-row partials of a pass, combined in row order in float64

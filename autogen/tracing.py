@@ -275,8 +275,8 @@ class _Lowering:
             lvl = self.level(axes)
         except Unsupported:
             lvl = None
-        # partial broadcasts, and per-column tensors that require grad (a row pass cannot write their gradient,
-        # a sum over the rows): materialized, autograd sums the gradient back over the broadcast
+        # partial broadcasts: materialized, autograd sums the gradient back over the broadcast (a per-column
+        # tensor that requires grad stays per column: its gradient is a column sum the kernel writes)
         if lvl is None:
             how, lvl, over = _then(how, "expand"), ELEM, True
         node = inp(name, lvl, kind)
