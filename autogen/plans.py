@@ -118,17 +118,27 @@ def _second_pass_cheaper(scale, graph, wrt):
 # rows of at most this many elements are walked across (layout 'rt'): along so short a row the loops do not
 # vectorize (docs/performance.md, "Rows of a few elements"). A kernel that writes no gradient (a loss per sample
 # without grad, a forward whose backward is a kernel of its own) is walked across up to RT_NOGRAD_C: its rows of
-# 13-32 elements ran their loops scalar (AVX2's 8 lanes unrolled 4 times take 32), while the strided stores
+# 13-31 elements ran their loops scalar (AVX2's 8 lanes unrolled 4 times take 32), while the strided stores
 # of a gradient cost more than that
 RT_MAX_C = 12
-RT_NOGRAD_C = 32
+RT_NOGRAD_C = 31
+# ...but only a graph with this much work per element (the primitive table's costs over the forward's element
+# values: one exp is 20, a Huber's compares and selects about 18): across rows every element is a strided
+# load, which costs more than the scalar loop along a row of adds and multiplies saves
+RT_MIN_WORK = 8
+
+
+def element_work(graph):
+    """The forward's work per element of `graph`: the primitive table's costs of its element values."""
+    return sum(PRIMS[n.op].cost for n in toposort([graph.loss]) if n.level == ELEM and n.op in PRIMS)
 
 
 def layout_of(graph, C, grads=True):
     """The kernels' layout for `graph` over rows of C elements (`grads`: whether its plan writes gradients)."""
     if graph.mode == "cf":
         return "cf"
-    return "rt" if graph.mode == "row" and 0 < C <= (RT_MAX_C if grads else RT_NOGRAD_C) else "row"
+    short = graph.mode == "row" and 0 < C <= (RT_MAX_C if grads else RT_NOGRAD_C)
+    return "rt" if short and element_work(graph) >= RT_MIN_WORK else "row"
 
 
 def fused_plan(graph, needs, dtype, store=None, layout=None, plain=None):
@@ -146,7 +156,7 @@ def fused_plan(graph, needs, dtype, store=None, layout=None, plain=None):
     wrt = tuple(i for i, need in enumerate(needs) if need)
     leaves = [graph.inputs[i] for i in wrt]
     label, sdt = graph.name, DTYPE_NAME[dtype]
-    KernelSpec = functools.partial(_KernelSpec, layout=layout)
+    KernelSpec = functools.partial(_KernelSpec, layout=layout, full_rows=graph.mode == "row")
     loss = graph.loss
     plan = None
     if wrt and graph.level == SCALAR:

@@ -1,11 +1,25 @@
 """The loss table the tests are parametrized over: inputs and every option of every loss."""
+import contextlib
 from dataclasses import dataclass, field
 
 import torch
 
 import autogen
+from autogen import plans
 
 REDUCTIONS = ("none", "mean", "sum")
+
+
+@contextlib.contextmanager
+def short_rows_across(on=True):
+    """Every row short enough walked across (layout 'rt') whatever its graph's work per element, which
+    otherwise picks the layout (plans.RT_MIN_WORK): both layouts' kernels get tested on any graph."""
+    old = plans.RT_MIN_WORK
+    plans.RT_MIN_WORK = 0 if on else old
+    try:
+        yield
+    finally:
+        plans.RT_MIN_WORK = old
 DTYPES = (torch.float32, torch.float64)
 
 

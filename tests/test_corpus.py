@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 import autogen
 from autogen import executor, plans
 from autogen.corpus import CORPUS, make
-from cases import tolerances
+from cases import short_rows_across, tolerances
 
 
 def _planned_layouts(monkeypatch, grads):
@@ -30,8 +30,8 @@ def _planned_layouts(monkeypatch, grads):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize("entry", CORPUS, ids=lambda e: e.cls.__name__)
 def test_corpus_loss_is_fused_and_matches_eager(entry, dtype, monkeypatch):
-    # float32 with rows of 5 (walked across rows: layout 'rt'), float64 with rows too long for that (along each
-    # row): every loss in both layouts, each against eager
+    # float32 with rows of 5 (walked across rows: layout 'rt', whatever the loss's work per element), float64
+    # with rows too long for that (along each row): every loss in both layouts, each against eager
     args = make(entry.kind, dtype, 12, 5 if dtype == torch.float32 else plans.RT_MAX_C + 1)
     eager_in = [a.clone().requires_grad_(i in entry.diff) for i, a in enumerate(args)]
     ours_in = [a.clone().requires_grad_(i in entry.diff) for i, a in enumerate(args)]
@@ -40,7 +40,7 @@ def test_corpus_loss_is_fused_and_matches_eager(entry, dtype, monkeypatch):
     planned = _planned_layouts(monkeypatch, grads=True)  # (graph mode, layout) of each problem planned
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # a fallback warning fails the test
-        with autogen.policy("aggressive"), autogen.record() as rec:
+        with autogen.policy("aggressive"), autogen.record() as rec, short_rows_across():
             out = entry.cls(use_autogen=True)(*ours_in)
             got = torch.autograd.grad(out * 1.5, [ours_in[i] for i in entry.diff])
     assert [(c.op, c.path, c.fused, c.phase) for c in rec.calls] == [
@@ -63,11 +63,45 @@ def test_a_loss_without_gradients_walks_across_rows_up_to_rt_nograd_c(entry, mon
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("error", RuntimeWarning)  # a fallback warning fails the test
         ref = entry.cls()(*args)
-        with autogen.policy("aggressive"), autogen.record() as rec:
+        with autogen.policy("aggressive"), autogen.record() as rec, short_rows_across():
             out = entry.cls(use_autogen=True)(*args)
     assert [(c.op, c.path, c.fused, c.phase) for c in rec.calls] == [(entry.cls.__name__, "autogen", True, "forward")]
     assert planned and all(layout == "rt" for mode, layout in planned if mode == "row")
     torch.testing.assert_close(out, ref, **tolerances(torch.float32))
+
+
+@autogen.autogen_loss
+class _SumOfProducts(torch.nn.Module):
+    def forward(self, a, b, m):
+        return (((a - b) * m).sum(-1) / m.sum(-1)).mean()
+
+
+@autogen.autogen_loss
+class _SmoothedLogSoftmax(torch.nn.Module):
+    def forward(self, a, b, m):
+        return -(torch.log_softmax(a, -1) * m).sum(-1).mean()
+
+
+@pytest.mark.parametrize("cls,layout", [(_SumOfProducts, "row"), (_SmoothedLogSoftmax, "rt")], ids=["adds", "exp"])
+@pytest.mark.parametrize("grad", [True, False])
+def test_a_short_row_is_walked_across_only_for_a_graph_with_work_per_element(cls, layout, grad, monkeypatch):
+    """Rows of 8: adds and multiplies run along each row (a strided load across rows costs more than their
+    scalar loop), a log-softmax's exp and log across the rows; each against eager."""
+    g = torch.Generator().manual_seed(0)
+    a, b, m = torch.randn(40, 8, generator=g), torch.randn(40, 8, generator=g), torch.rand(40, 8, generator=g) + 0.1
+    planned = _planned_layouts(monkeypatch, grads=grad)
+    ours, theirs = a.clone().requires_grad_(grad), a.clone().requires_grad_(grad)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a fallback warning fails the test
+        with autogen.policy("aggressive"), autogen.record() as rec:
+            out = cls(use_autogen=True)(ours, b, m)
+            got = torch.autograd.grad(out, ours)[0] if grad else None
+    ref = cls()(theirs, b, m)
+    assert rec.calls and all(c.path == "autogen" and c.fused for c in rec.calls), rec.calls
+    assert planned and {lay for mode, lay in planned if mode == "row"} == {layout}, planned
+    torch.testing.assert_close(out, ref, **tolerances(torch.float32))
+    if grad:
+        torch.testing.assert_close(got, torch.autograd.grad(ref, theirs)[0], **tolerances(torch.float32))
 
 
 @settings(max_examples=25, deadline=None)
