@@ -16,6 +16,7 @@ import torch
 from torch.fx.node import map_arg
 
 from . import inline, tracing
+from .kernels.scans import SCANS
 from .policies import note, recording
 from .tracing import Unsupported, opname, run_trace, shape_hint
 
@@ -35,6 +36,9 @@ _NO_WORK = {aten.view.default, aten._unsafe_view.default, aten.reshape.default, 
 # a view recorded on the trace's (contiguous) input is a reshape of a call's input of any strides
 _VIEWS = {aten.view.default, aten._unsafe_view.default}
 _RESHAPE = aten.reshape.default
+
+
+SCAN_WHY = "a scan kernel of its own (kernels/scans.py), torch's autograd around it"
 
 
 class _Last(threading.local):
@@ -75,7 +79,9 @@ class Partition:
             elif kind == "torch":
                 env[node] = step[4](*map_arg(node.args, env.__getitem__), **map_arg(node.kwargs, env.__getitem__))
                 if rec and step[3]:
-                    note(f"{self.name}: {opname(node.target)}", "torch", False, "forward", step[2])
+                    scan = node.target in SCANS
+                    note(f"{self.name}: {opname(node.target)}", "autogen" if scan else "torch", scan, "forward",
+                         SCAN_WHY if scan else step[2])
             else:
                 env[node] = run_trace(step[2], [env[m] for m in step[3]])
         if rec:
@@ -96,6 +102,8 @@ class Partition:
                 what = "the loss" if step[1] is self.output else f"{step[1].name} {[shape_hint(d) for d in v.shape]}, " \
                        f"materialized: read by {' and '.join(readers) or 'a later step'}"
                 lines.append(f"kernel {number[step[1]]}: reads {', '.join(m.name for m in step[3])} -> {what}")
+            elif step[0] == "torch" and step[3] and step[1].target in SCANS:
+                lines.append(f"scan     {step[1].name} = {opname(step[1].target)}: {SCAN_WHY}")
             elif step[0] == "torch" and step[3]:
                 lines.append(f"torch    {step[1].name} = {opname(step[1].target)}: {step[2]}")
         return lines
@@ -199,7 +207,8 @@ def _steps(gm, kernels, torch_nodes, why):
                 steps.append(("same", n, n.args[0]))  # backward would allocate and fill a gradient each)
             else:
                 shown = n in torch_nodes and n.target is not operator.getitem  # (a result of a shown op)
-                op = _RESHAPE if n.target in _VIEWS else n.target  # the trace's view of a contiguous input: any
+                # the trace's view of a contiguous input: any input's reshape; a scan: our kernel (kernels.scans)
+                op = _RESHAPE if n.target in _VIEWS else SCANS.get(n.target, n.target)
                 steps.append(("torch", n, why.get(n, ""), shown, op))
         else:
             continue

@@ -400,8 +400,9 @@ def path_taken(rec, caught, name):
     if not torch_ops:
         if kernels == [(name, True, "forward"), (name, True, "backward")] or kernels == [(name, True, "forward")]:
             return "fused"
-        assert all(k[0] == name and k[1] for k in kernels) and [k for k in kernels if k[2] == "forward"], kernels
-        return "kernels"  # several fused kernels, no torch op between them
+        assert all((k[0] == name or k[0].startswith(name + ": ")) and k[1] for k in kernels), kernels  # (a scan's)
+        assert [k for k in kernels if k[:3:2] == (name, "forward")], kernels
+        return "kernels"  # several fused kernels (a scan kernel among them), no torch op between them
     assert (name, True, "forward") in kernels, own
     return "split"
 

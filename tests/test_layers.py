@@ -16,7 +16,7 @@ LAYERS = {
              "decompositions"],
     "backend": ["mathlib", "specfun", "schedule", "codegen", "compiler"],
     "runtime": ["pool", "launch", "plans", "executor", "opcall", "dispatch", "kernels", "kernels.elementwise", "kernels.losses", "kernels.nonlinear",
-                "kernels.linear"],
+                "kernels.linear", "kernels.scans"],
     "front": ["checks", "inline", "activations", "functional", "linear_loss", "nn"],
     "tracing": ["tracing", "chunked", "partition"],
     "integration": ["ops", "inductor_pass", "explain"],

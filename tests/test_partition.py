@@ -25,7 +25,7 @@ PARTITION = {
     "ChannelWeightedCharbonnier": "fused", "FeatureMatching": "kernels", "CLIP": "mm.default",
     "BatchHardTriplet": "_cdist_forward.default", "CenterLoss": "index.Tensor", "AdditiveMargin": "mm.default",
     "SupCon": "mm.default", "PairwiseRanking": "sub.Tensor", "NPair": "diagonal.default",
-    "CoxPH": "logcumsumexp.default", "DiscreteHazard": "cumprod.default", "MultiQuantile": "fused",
+    "CoxPH": "sort.default", "DiscreteHazard": "cumprod.default", "MultiQuantile": "fused",
     "MultiTaskTabular": "kernels", "Coral": "fused", "Tweedie": "fused", "PoissonExposure": "fused",
     "AlphaFocalMultiLabel": "fused", "StandardizedHuber": "fused", "DiagGaussianNLL": "fused",
     "IgnoreIndexCE": "fused",  # labels[~mask] = 0 on a clone: its out-of-place form, a where
@@ -158,6 +158,8 @@ STEPS = {  # name -> f(x, w) on a (R, C) float tensor (w: a fixed (C, C) matrix)
     "sort": lambda x, w: torch.sort(x, -1).values,
     "cumsum_rows": lambda x, w: torch.cumsum(x, 1) / x.size(1),
     "cumsum_cols": lambda x, w: torch.cumsum(x, 0) / x.size(0),
+    "logcumsumexp_rows": lambda x, w: torch.logcumsumexp(x, 1) - x.size(1),
+    "logcumsumexp_cols": lambda x, w: torch.logcumsumexp(x.flip(0), 0) - x.size(0),
     "matmul": lambda x, w: x @ w,
     "flip": lambda x, w: x.flip(0),
     "first_col": lambda x, w: x * x[:, :1],
