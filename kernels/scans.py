@@ -105,13 +105,13 @@ class _LogCumSumExp(torch.autograd.Function):
 
 def _scannable(x, dim):
     return isinstance(x, torch.Tensor) and x.dtype in (torch.float32, torch.float64) and x.device.type == "cpu" \
-        and x.dim() > 0 and isinstance(dim, int) and not under_transform([x])
+        and x.dim() > 0 and isinstance(dim, int) and -x.dim() <= dim < x.dim() and not under_transform([x])
 
 
 def logcumsumexp(x, dim):
-    if not _scannable(x, dim):
+    if not _scannable(x, dim):  # (torch's op, or its error for a dim out of range)
         return aten.logcumsumexp.default(x, dim)
-    return _LogCumSumExp.apply(x, dim % max(x.dim(), 1))
+    return _LogCumSumExp.apply(x, dim % x.dim())
 
 
 # the ATen ops a partition runs with these kernels (autogen.partition), by the op the trace has

@@ -8,6 +8,7 @@ import autogen
 from autogen import plans
 
 REDUCTIONS = ("none", "mean", "sum")
+DTYPES = (torch.float32, torch.float64)
 
 
 @contextlib.contextmanager
@@ -20,7 +21,6 @@ def short_rows_across(on=True):
         yield
     finally:
         plans.RT_MIN_WORK = old
-DTYPES = (torch.float32, torch.float64)
 
 
 @dataclass

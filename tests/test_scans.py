@@ -3,6 +3,7 @@ and gradients against torch's ops over generated shapes, dims, strides and speci
 backward under create_graph, and the record and explain of a loss that scans."""
 import math
 
+import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
@@ -60,6 +61,8 @@ def test_other_dtypes_and_zero_dims_run_torchs_op():
     for x in (torch.tensor(2.0), torch.tensor([[1.0, 2.0]], dtype=torch.float16)):
         assert torch.equal(scans.logcumsumexp(x, 0), torch.logcumsumexp(x, 0))
     assert scans.SCANS == {torch.ops.aten.logcumsumexp.default: scans.logcumsumexp}
+    with pytest.raises(IndexError):  # torch's error, not a scan along another dim
+        scans.logcumsumexp(torch.randn(2, 3), -3)
 
 
 @autogen.autogen_loss
