@@ -80,8 +80,7 @@ class Partition:
                 env[node] = step[4](*map_arg(node.args, env.__getitem__), **map_arg(node.kwargs, env.__getitem__))
                 if rec and step[3]:
                     scan = node.target in SCANS
-                    note(f"{self.name}: {opname(node.target)}", "autogen" if scan else "torch", scan, "forward",
-                         SCAN_WHY if scan else step[2])
+                    note(f"{self.name}: {opname(node.target)}", "autogen" if scan else "torch", scan, "forward", step[2])
             else:
                 env[node] = run_trace(step[2], [env[m] for m in step[3]])
         if rec:
@@ -102,10 +101,9 @@ class Partition:
                 what = "the loss" if step[1] is self.output else f"{step[1].name} {[shape_hint(d) for d in v.shape]}, " \
                        f"materialized: read by {' and '.join(readers) or 'a later step'}"
                 lines.append(f"kernel {number[step[1]]}: reads {', '.join(m.name for m in step[3])} -> {what}")
-            elif step[0] == "torch" and step[3] and step[1].target in SCANS:
-                lines.append(f"scan     {step[1].name} = {opname(step[1].target)}: {SCAN_WHY}")
             elif step[0] == "torch" and step[3]:
-                lines.append(f"torch    {step[1].name} = {opname(step[1].target)}: {step[2]}")
+                label = "scan " if step[1].target in SCANS else "torch"
+                lines.append(f"{label}    {step[1].name} = {opname(step[1].target)}: {step[2]}")
         return lines
 
 
@@ -209,7 +207,7 @@ def _steps(gm, kernels, torch_nodes, why):
                 shown = n in torch_nodes and n.target is not operator.getitem  # (a result of a shown op)
                 # the trace's view of a contiguous input: any input's reshape; a scan: our kernel (kernels.scans)
                 op = _RESHAPE if n.target in _VIEWS else SCANS.get(n.target, n.target)
-                steps.append(("torch", n, why.get(n, ""), shown, op))
+                steps.append(("torch", n, SCAN_WHY if n.target in SCANS else why.get(n, ""), shown, op))
         else:
             continue
         have.add(n)
