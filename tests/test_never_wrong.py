@@ -248,10 +248,14 @@ def test_a_kernel_computes_in_the_dtype_of_the_values_torch_computes(dx, dy, cx,
     # float64 gradient of a float64 input read as float32 is a float32 number): compared at float32's tolerance
     computes = torch.promote_types(_CAST[cx](args[0]).dtype, _CAST[cy](args[1]).dtype)
     assert out.dtype == ref.dtype
-    for a, b in [(out, ref)] + list(zip(got, want)):
+    # the loss sums hundreds of terms that partly cancel: its error, torch's included, scales with the sum of
+    # their magnitudes (the same reduction of |term|), not with the result
+    x64, y64 = _PRE[pre](args[0].double()), args[1].double()
+    scale = 1.0 + _REDUCE[reduce](_BODY[body](x64 - y64).abs()).item()
+    for (a, b), s in zip([(out, ref)] + list(zip(got, want)), [scale, 1.0, 1.0]):
         assert a.dtype == b.dtype
         tol = torch.promote_types(b.dtype, computes) if b.dtype == computes else torch.float32
-        assert_matches(a.to(tol), b.to(tol), what=f"{a.dtype} computed in {computes}")
+        assert_matches(a.to(tol), b.to(tol), s, what=f"{a.dtype} computed in {computes}")
 
 
 # the labels a loss reads as a part of a larger tensor (a causal LM's labels[:, 1:] against logits[:, :-1])
@@ -266,7 +270,7 @@ _LABEL_USES = {
 }
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(st.sampled_from(sorted(_LABEL_PARTS)), st.sampled_from(sorted(_LABEL_USES)),
        st.sampled_from([torch.float32, torch.float64]), st.integers(1, 6), st.sampled_from([3, 8, 17]))
 def test_labels_read_as_a_part_of_a_tensor_pick_that_part(part, use, dtype, b, v):
