@@ -19,7 +19,7 @@ PICKS = {
 }
 
 
-@settings(max_examples=60, deadline=None, derandomize=True)
+@settings(max_examples=36, deadline=None, derandomize=True)
 @given(st.sampled_from(sorted(PICKS)), st.integers(1, 9), st.integers(1, 9), st.booleans(), st.booleans(),
        st.sampled_from(["none", "ties", "nan", "inf"]), st.sampled_from([torch.float32, torch.float64]))
 def test_extremes_along_the_last_dim(name, rows, cols, keepdim, four_d, special, dtype):
@@ -63,7 +63,7 @@ SCATTERS = {
 }
 
 
-@settings(max_examples=40, deadline=None, derandomize=True)
+@settings(max_examples=24, deadline=None, derandomize=True)
 @given(st.sampled_from(sorted(SCATTERS)), st.integers(1, 9), st.integers(1, 9),
        st.sampled_from([torch.float32, torch.float64]))
 def test_scatter_one_element_per_row(name, rows, cols, dtype):
@@ -87,7 +87,7 @@ ARG_INDEX = {
 }
 
 
-@settings(max_examples=40, deadline=None, derandomize=True)
+@settings(max_examples=24, deadline=None, derandomize=True)
 @given(st.sampled_from(sorted(ARG_INDEX)), st.integers(1, 9), st.integers(2, 9),
        st.sampled_from(["none", "ties", "nan"]), st.booleans(), st.sampled_from([torch.float32, torch.float64]))
 def test_an_argmax_as_an_index_reads_in_the_kernel(name, rows, cols, special, four_d, dtype):
@@ -147,7 +147,7 @@ def test_product_einsums_lower_as_products(eq, shapes):
     assert path in KERNELS if eq in ("nc,nc->n", "nc,nc->", "ij,ij->i", "nc,n->n", "bij,bij->b") else path != "eager"
 
 
-@settings(max_examples=20, deadline=None, derandomize=True)
+@settings(max_examples=12, deadline=None, derandomize=True)
 @given(st.integers(1, 9), st.integers(2, 17), st.sampled_from([torch.float32, torch.float64]))
 def test_float_targets_truncated_to_indices(rows, bins, dtype):
     """A distribution focal loss: label.long() and label.long() + 1 as cross-entropy targets, weighted by
@@ -182,7 +182,7 @@ MASK_TARGETS = {
 }
 
 
-@settings(max_examples=20, deadline=None, derandomize=True)
+@settings(max_examples=12, deadline=None, derandomize=True)
 @given(st.sampled_from(sorted(MASK_TARGETS)), st.integers(2, 9), st.integers(3, 9),
        st.sampled_from([torch.float32, torch.float64]))
 def test_a_mask_made_an_index(name, rows, cols, dtype):

@@ -60,7 +60,7 @@ def _module(lines):
     return env["M"], source
 
 
-@settings(max_examples=40 * SCALE, derandomize=not LONG, database=None, deadline=None,
+@settings(max_examples=24 * SCALE, derandomize=not LONG, database=None, deadline=None,
           suppress_health_check=list(HealthCheck))
 @given(programs(), st.sampled_from(["none", "same"]), st.sampled_from([torch.float32, torch.float64]), st.booleans())
 def test_random_programs_give_eagers_numbers_or_are_refused(program, alias, dtype, across):
@@ -126,7 +126,7 @@ def picked_programs(draw, first):
 
 
 @pytest.mark.parametrize("first", ROW_UNARY)
-@settings(max_examples=6 * SCALE, derandomize=not LONG, database=None, deadline=None,
+@settings(max_examples=4 * SCALE, derandomize=not LONG, database=None, deadline=None,
           suppress_health_check=list(HealthCheck))
 @given(data=st.data(), dtype=st.sampled_from([torch.float32, torch.float64]),
        grad=st.sampled_from([True, True, False]), across=st.booleans())
@@ -204,7 +204,7 @@ CLASS_FINAL = ["{0}.mean()", "torch.logsumexp({0}, 1).mean()", "{0}.log_softmax(
                "torch.nn.functional.cross_entropy({0}, y)", "({0}.softmax(1) * {1}).sum(1).mean()"]
 
 
-@settings(max_examples=30 * SCALE, derandomize=not LONG, database=None, deadline=None,
+@settings(max_examples=18 * SCALE, derandomize=not LONG, database=None, deadline=None,
           suppress_health_check=list(HealthCheck), phases=[Phase.generate])  # each example compiles: no shrinking
 @given(st.lists(st.sampled_from(COL_COSTLY), min_size=1, max_size=3), st.sampled_from(BINARY),
        st.sampled_from(UNARY + ["{0}"]), st.sampled_from(CLASS_FINAL),

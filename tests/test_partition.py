@@ -194,7 +194,7 @@ def _program(steps, end):
     return forward
 
 
-@settings(max_examples=40, deadline=None, derandomize=True)
+@settings(max_examples=24, deadline=None, derandomize=True)
 @given(st.lists(st.sampled_from(sorted(STEPS)), min_size=1, max_size=5), st.sampled_from(sorted(ENDS)),
        st.integers(1, 9), st.integers(1, 9))
 def test_random_programs_match_eager(steps, end, rows, cols):
@@ -235,7 +235,7 @@ _ACTS = {"relu": F.relu, "relu_sq": lambda v: F.relu(v).pow(2), "softplus": F.so
          "elu": F.elu, "logsigmoid": F.logsigmoid}
 
 
-@settings(max_examples=24, deadline=None, derandomize=True)
+@settings(max_examples=14, deadline=None, derandomize=True)
 @given(st.sampled_from(sorted(_ACTS)), st.sampled_from([2, 3, 5, 7, 11, 13, 17]), st.sampled_from([3, 8, 16]),
        st.sampled_from([torch.float32, torch.float64]))
 def test_a_nonlinearity_of_torch_on_values_no_kernel_holds_is_cut_out_not_eager(act, n, d, dtype):
@@ -282,7 +282,7 @@ _PAIR_HEADS = {
 }
 
 
-@settings(max_examples=30, deadline=None, derandomize=True)
+@settings(max_examples=18, deadline=None, derandomize=True)
 @given(st.sampled_from(sorted(_PAIR_HEADS)), st.sampled_from([1, 2, 3, 7]), st.booleans(),
        st.sampled_from([torch.float32, torch.float64]))
 def test_pairwise_heads_with_a_learned_scale_at_any_batch_including_one(head, n, detach_scale, dtype):

@@ -42,7 +42,7 @@ def _module(name, forward):
 
 
 # -- one column --------------------------------------------------------------------------------------
-@settings(max_examples=30, deadline=None, derandomize=True)
+@settings(max_examples=18, deadline=None, derandomize=True)
 @given(st.integers(1, 9), st.integers(1, 9), st.integers(-9, 8), st.booleans(), st.booleans(),
        st.sampled_from([torch.float32, torch.float64]))
 def test_one_column_of_an_input(rows, cols, k, whole, three_d, dtype):
@@ -92,7 +92,7 @@ MOMENTS = {
 }
 
 
-@settings(max_examples=40, deadline=None, derandomize=True)
+@settings(max_examples=24, deadline=None, derandomize=True)
 @given(st.sampled_from(sorted(MOMENTS)), st.integers(1, 8), st.integers(1, 8), st.sampled_from([None, -1, 0, (0, 1)]),
        st.sampled_from([0, 1, 2, 0.5]), st.booleans(), st.booleans(), st.sampled_from([torch.float32, torch.float64]))
 def test_moments(name, rows, cols, dim, correction, keepdim, constant, dtype):
@@ -189,7 +189,7 @@ MAIN = {
 }
 
 
-@settings(max_examples=30, deadline=None, derandomize=True)
+@settings(max_examples=18, deadline=None, derandomize=True)
 @given(st.sampled_from(sorted(MAIN)), st.lists(st.sampled_from(sorted(TERMS)), min_size=1, max_size=2),
        st.integers(1, 6), st.integers(1, 9), st.sampled_from([torch.float32, torch.float64]))
 def test_parts_of_other_shapes_run_as_kernels_of_their_own(main, terms, batch, z, dtype):
@@ -232,7 +232,7 @@ def test_explain_names_the_kernel_that_reads_a_materialized_value():
 
 
 # -- columns stacked back into rows ------------------------------------------------------------------
-@settings(max_examples=30, deadline=None, derandomize=True)
+@settings(max_examples=18, deadline=None, derandomize=True)
 @given(st.integers(1, 9), st.integers(2, 6), st.booleans(), st.sampled_from([torch.float32, torch.float64]))
 def test_columns_stacked_into_rows(rows, cols, as_cat, dtype):
     """torch.stack of per-row values along the last dim (boxes rebuilt from their components), or a cat of
@@ -270,7 +270,7 @@ def test_one_column_sliced_from_a_value_read_whole(k):
     assert _against_eager(_module("SliceColumn", forward), args, (0, 1)) == "fused"
 
 
-@settings(max_examples=20, deadline=None, derandomize=True)
+@settings(max_examples=12, deadline=None, derandomize=True)
 @given(st.integers(2, 9), st.integers(1, 6), st.integers(2, 6), st.booleans())
 def test_a_sliced_input_beside_one_read_whole(rows, xcols, ycols, stacked):
     """x read only through column slices, y of the same rank read whole: the kernel's rows are y's."""
@@ -286,7 +286,7 @@ def test_a_sliced_input_beside_one_read_whole(rows, xcols, ycols, stacked):
 
 
 # -- sums over the trailing dims, per sample and class ---------------------------------------------
-@settings(max_examples=30, deadline=None, derandomize=True)
+@settings(max_examples=18, deadline=None, derandomize=True)
 @given(st.sampled_from([(2, 3, 4, 5), (1, 2, 3, 4), (3, 2, 2, 3, 2), (2, 5, 7, 1), (4, 3, 1, 6)]),
        st.sampled_from(["dims", "view"]), st.booleans(), st.sampled_from([torch.float32, torch.float64]))
 def test_sums_over_the_trailing_dims(shape, how, softmax, dtype):
