@@ -535,6 +535,8 @@ def run_cell(kind, name, n, mode, variants, reps, memory=True):
                "compile_s": compile_s if v == "compile" else None}
         if kind == "loss" and mode == "fwd+bwd" and name in ELEMENTWISE:
             rec["bytes"] = _bytes_moved(args)
+        if v == "default":  # policy medium handed the call to torch's own op: eager's kernel on both sides
+            rec["on_torch"] = not _ran_ours(fns[v])
         records.append(rec)
     return records
 
@@ -582,8 +584,10 @@ def print_table(kind, mode, size_label, names, idx, size_of, variants, bandwidth
     target = KINDS[kind][2]
     others = [v for v in ("eager", "compile", "primitive") if v in variants]
     cols = [v for v in variants]
+    medium = "default" in variants  # eager / policy medium's pick at this size, marked where that is torch's op
     head = (f"{kind:34s} " + " ".join(f"{v + ' ms':>11s}" for v in cols)
             + " " + " ".join(f"{v + '/' + target:>16s}" for v in others)
+            + (f" {'eager/default':>16s}" if medium else "")
             + (f" {'eager/default@1K':>16s}" if small is not None else "")
             + (f" {'BW %':>5s}" if kind == "loss" and mode == "fwd+bwd" else "")
             + f" {'peak MB eager':>13s} {'peak MB ' + target:>14s}")
@@ -592,6 +596,7 @@ def print_table(kind, mode, size_label, names, idx, size_of, variants, bandwidth
     print("-" * len(head))
     summary = {v: [] for v in others}
     summary["eager/default@1K"] = []
+    mediums = []  # (eager / default, whether default ran torch's op)
     for name in names:
         n = size_of(name)
         get = lambda v: idx.get((kind, name, n, mode, v))  # noqa: E731
@@ -604,6 +609,14 @@ def print_table(kind, mode, size_label, names, idx, size_of, variants, bandwidth
             if ratio is not None:
                 summary[v].append(ratio)
             line += f" {ratio:15.2f}x" if ratio is not None else f" {'-':>16s}"
+        if medium:
+            d, e = get("default"), get("eager")
+            if d and e:
+                ratio = e["median_ms"] / d["median_ms"]
+                mediums.append((ratio, bool(d.get("on_torch"))))
+                line += f" {ratio:15.2f}{TORCH_MARK if d.get('on_torch') else 'x'}"
+            else:
+                line += f" {'-':>16s}"
         if small is not None:
             s = small.get(name)
             if s is not None:
@@ -618,6 +631,10 @@ def print_table(kind, mode, size_label, names, idx, size_of, variants, bandwidth
     print("geometric mean: " + ", ".join(f"{k} {g:.2f}x" if "/" in k else f"{k}/{target} {g:.2f}x"
                                          for k, g in geo.items())
           + "; below 1x: " + (", ".join(f"{k} {sum(r < 1 for r in summary[k])}" for k in summary if summary[k])))
+    if mediums:  # a marked row times eager's kernel against itself: below 1x there is the run's noise
+        print(f"eager/default below 1x: {sum(r < 1 for r, _ in mediums)}, of them where medium ran ours: "
+              f"{sum(r < 1 and not t for r, t in mediums)}; {TORCH_MARK}: medium ran torch's op "
+              f"({sum(t for _, t in mediums)} rows)")
     return geo
 
 

@@ -204,7 +204,9 @@ def test_cli_bench_quick(tmp_path):
         assert any(r["name"] == name and r["size"] == "1024" and r["variant"] == "default" for r in rows)
     for r in rows:
         assert float(r["p20_ms"]) <= float(r["median_ms"]) <= float(r["p80_ms"]), r
+        assert (r["on_torch"] in ("True", "False")) == (r["variant"] == "default"), r
     assert any(r["compile_s"] for r in rows if r["variant"] == "compile")
+    assert "eager/default below 1x:" in out.stdout
 
 
 @pytest.mark.parametrize("text,match", [
@@ -247,6 +249,25 @@ def test_states_table_prints_the_spread_of_the_marked_rows(capsys):
     bench.print_states(["relu", "elu", "gelu"], 8, ["fwd+bwd"], 1, out)
     spread = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("* spread"))
     assert spread.split()[2:] == ["0.80-1.25", "0.80-1.25"]
+
+
+def test_loss_table_gives_eager_over_medium_marked_where_medium_ran_torchs_op(capsys):
+    """The loss table's eager/default column: policy medium's pick against eager, marked where medium ran
+    torch's own op (eager's kernel on both sides: below 1x there is the run's noise), and the count of rows below
+    1x where it ran ours."""
+    from autogen import bench
+    recs = []
+    for name, default_ms, on_torch in (("mse_loss", 1.25, True), ("kl_div", 2.5, False), ("l1_loss", 0.5, False)):
+        for v, ms in (("eager", 2.0 if name == "kl_div" else 1.0), ("fused", 0.5), ("default", default_ms)):
+            recs.append({"kind": "loss", "name": name, "size": 8, "mode": "fwd+bwd", "variant": v, "median_ms": ms,
+                         "peak_mb": None, **({"on_torch": on_torch} if v == "default" else {})})
+    bench.print_table("loss", "fwd+bwd", "8", ["mse_loss", "kl_div", "l1_loss"], bench._index(recs), lambda n: 8,
+                      ["eager", "fused", "default"], 1e9)
+    out = capsys.readouterr().out
+    cells = {line.split()[0]: line.split()[-3] for line in out.splitlines() if line.split()[:1] in
+             (["mse_loss"], ["kl_div"], ["l1_loss"])}
+    assert cells == {"mse_loss": "0.80*", "kl_div": "0.80x", "l1_loss": "2.00x"}, out
+    assert "eager/default below 1x: 2, of them where medium ran ours: 1; *: medium ran torch's op (1 rows)" in out
 
 
 def test_bench_tables_mark_the_rows_medium_hands_to_torch(monkeypatch):
