@@ -13,8 +13,10 @@ from unseen import batch1, batch2, batch3
 
 CASES = batch1.CASES + batch2.CASES + batch3.CASES
 # ill-conditioned in float32 (torch's own float32 transcendental functions, not ours, decide the last digits):
-# erf values 2/255 apart subtracted; a gamma of 64 on cosine similarities; a float32 part of a float64 loss
-LOOSE = {"DiscretizedGaussianNLL", "CircleLoss", "WeightedReverseKLDistill"}
+# erf values 2/255 apart subtracted; a gamma of 64 on cosine similarities; a float32 part of a float64 loss;
+# acosh just above 1 (its derivative near the clamp is about 700), where ours and torch's float32 gradients both
+# err up to 1.3e-6 against float64 and differ from each other by as much
+LOOSE = {"DiscretizedGaussianNLL", "CircleLoss", "WeightedReverseKLDistill", "LorentzContrastive"}
 
 pytestmark = pytest.mark.skipif(os.environ.get("AUTOGEN_UNSEEN") != "1", reason="AUTOGEN_UNSEEN=1 runs them")
 
